@@ -1,0 +1,3 @@
+from kforge.cli.app import main
+
+main()

@@ -1,0 +1,12 @@
+"""`kforge runs ls|show`."""
+
+import typer
+
+from kforge.ui.console import not_built
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("ls")
+def ls() -> None:
+    raise not_built("kforge runs ls")

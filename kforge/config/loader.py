@@ -1,0 +1,234 @@
+"""Config layering: field defaults < preset YAML < --config YAML < KFORGE_* environment < key.sub=value.
+
+Each layer is read into a plain nested dict first, so that an unknown or invalid key can be reported
+with the layer it came from and the closest valid key, and so that ``config show`` can say which layer
+set every value. The merged dict is then validated once by the pydantic-settings model.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kforge.config.schema import KforgeConfig
+
+ENV_PREFIX = "KFORGE_"
+# Environment variables with the prefix that are not config keys (read elsewhere in kforge).
+RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR"}
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message is one line meant for the user."""
+
+
+@dataclass
+class Layer:
+    name: str
+    data: dict[str, Any]
+
+
+@dataclass
+class ResolvedConfig:
+    config: KforgeConfig
+    layers: list[Layer] = field(default_factory=list)
+
+    def origin(self, dotted: str) -> str:
+        """The highest layer that set this leaf key, or 'default'."""
+        for layer in reversed(self.layers):
+            if _has_path(layer.data, dotted.split(".")):
+                return layer.name
+        return "default"
+
+
+def presets_dir() -> Path:
+    """`KFORGE_PRESETS_DIR`, else the presets shipped in the package (`kforge/presets`, a link to the
+    top-level `presets/` of a checkout), else that top-level folder itself."""
+    env = os.environ.get("KFORGE_PRESETS_DIR")
+    if env:
+        return Path(env)
+    package = Path(__file__).resolve().parent.parent
+    inside = package / "presets"
+    return inside if inside.is_dir() else package.parent / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in presets_dir().glob("*.yaml"))
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what}: file {path} not found") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{what}: {path}{where} is not valid YAML; fix the syntax there") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what}: {path} must hold a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def parse_scalar(text: str) -> Any:
+    """Values on the command line and in the environment are YAML scalars or flow lists."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"key {'.'.join(path)}: {key} is a value, not a section")
+    node[path[-1]] = value
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key.sub=value (e.g. dataset.batch_size=8)")
+        set_path(tree, key.split("."), parse_scalar(value))
+    return tree
+
+
+def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in RESERVED_ENV:
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        set_path(tree, path, parse_scalar(value))
+    return tree
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _has_path(tree: dict[str, Any], path: list[str]) -> bool:
+    node: Any = tree
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _model_at(path: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = KforgeConfig
+    for key in path:
+        info = model.model_fields.get(key)
+        ann = info.annotation if info else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _env_name(dotted: str) -> str:
+    return ENV_PREFIX + dotted.upper().replace(".", "__")
+
+
+def _check_keys(layer: Layer) -> None:
+    """Reject unknown keys, naming the layer and the closest valid key."""
+
+    def walk(node: dict[str, Any], path: list[str]) -> None:
+        model = _model_at(path)
+        if model is None:
+            return
+        for key, value in node.items():
+            if key not in model.model_fields:
+                dotted = ".".join(path + [key])
+                candidates = [".".join(path + [k]) for k in model.model_fields]
+                # Also match a misplaced leaf against every section (e.g. `batch_size` at top level).
+                candidates += [f"{s}.{k}" for s, m in _sections() for k in m.model_fields]
+                close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
+                if not close:
+                    close = difflib.get_close_matches(key, [c.rsplit(".", 1)[-1] for c in candidates], n=1)
+                    close = [c for c in candidates if close and c.endswith("." + close[0])][:1] or close
+                hint = f"; did you mean {close[0]}?" if close else ""
+                shown = _env_name(dotted) if layer.name == "env" else dotted
+                raise ConfigError(f"unknown config key {shown} (from {layer.name}){hint}")
+            if isinstance(value, dict):
+                walk(value, path + [key])
+
+    walk(layer.data, [])
+
+
+def _sections() -> list[tuple[str, type[BaseModel]]]:
+    return [(name, m) for name in KforgeConfig.model_fields if (m := _model_at([name])) is not None]
+
+
+def resolve(
+    preset: str | None = None,
+    config_file: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> ResolvedConfig:
+    """Build the run config from all layers; raises ConfigError with a one-line message."""
+    layers: list[Layer] = []
+    if preset:
+        path = presets_dir() / f"{preset}.yaml"
+        if not path.exists():
+            names = preset_names()
+            close = difflib.get_close_matches(preset, names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; presets: {', '.join(names)}"
+            raise ConfigError(f"unknown preset {preset!r}{hint}")
+        data = read_yaml(path, f"preset {preset}")
+        data.setdefault("preset", preset)
+        layers.append(Layer(f"preset {preset}", data))
+    if config_file:
+        layers.append(Layer(f"--config {config_file}", read_yaml(Path(config_file), "--config")))
+    layers.append(Layer("env", env_layer(os.environ if environ is None else environ)))
+    layers.append(Layer("command line", parse_overrides(overrides)))
+
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        _check_keys(layer)
+        merged = deep_merge(merged, layer.data)
+    try:
+        # Validate the merged layers only; the env was already read into its own layer above.
+        config = KforgeConfig.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        dotted = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
+        resolved = ResolvedConfig(KforgeConfig.model_construct(), layers)
+        origin = resolved.origin(dotted) if dotted else "config"
+        raise ConfigError(f"invalid value for {dotted} (from {origin}): {err['msg']}") from None
+    return ResolvedConfig(config, layers)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def to_yaml(config: KforgeConfig) -> str:
+    """A YAML file that `--config` accepts back unchanged."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

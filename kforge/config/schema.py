@@ -1,0 +1,188 @@
+"""The settings tree: every knob of a kforge run, with its default.
+
+Each section is its own small model that forbids unknown keys, so a typo in a preset, a YAML file,
+an environment variable or a ``key.sub=value`` argument is an error rather than a silently ignored
+value. Layering (defaults < preset < --config < KFORGE_* env < CLI overrides) lives in ``loader.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    """The policy model (base weights) and how it is loaded."""
+
+    name: str = Field("Qwen/Qwen2.5-Coder-7B-Instruct", description="HF model id or local folder")
+    gguf_file: str | None = Field(None, description="GGUF file inside `name` (dequantised on load)")
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    load_in_4bit: bool = Field(False, description="QLoRA: 4-bit base through bitsandbytes")
+    chat_template: str | None = Field(None, description="Jinja chat template overriding the tokenizer's")
+    trust_remote_code: bool = False
+    max_model_len: int = Field(16384, gt=0, description="prompt + response token limit")
+    gradient_checkpointing: bool = True
+    checkpoint: str | None = Field(None, description="adapter folder or run checkpoint to start from")
+
+
+class LoraConfig(Section):
+    rank: int = Field(32, gt=0)
+    alpha: int = Field(64, gt=0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+class DatasetConfig(Section):
+    """Which problems, how they are split and batched."""
+
+    source: str = Field("builtin", description="builtin | kernelbench | hf | path to a .jsonl file or a KernelBench checkout")
+    level: list[int] = Field(default_factory=lambda: [1], description="KernelBench level(s)")
+    start_problem: int | None = Field(None, description="first problem id (inclusive)")
+    end_problem: int | None = Field(None, description="last problem id (inclusive)")
+    problems: list[str] = Field(default_factory=list, description="explicit problem names or LEVEL/ID keys")
+    backend: Literal["triton", "cuda"] = "triton"
+    batch_size: int = Field(8, gt=0, description="problems per training step")
+    group_size: int = Field(16, gt=0, description="trajectories per problem (the GRPO group)")
+    epochs: int = Field(1, gt=0)
+    shuffle: bool = True
+    seed: int = 0
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    prompt_option: Literal["zero_shot", "one_shot", "few_shot", "raicl"] = "one_shot"
+    rag_index_path: str | None = Field(None, description="FAISS index folder for prompt_option=raicl")
+    raicl_k: int = Field(3, ge=0)
+
+
+class EpisodeConfig(Section):
+    """Multi-turn refinement: how long an episode runs and when it stops."""
+
+    mode: Literal["single_turn", "multi_turn"] = "multi_turn"
+    max_turns: int = Field(4, gt=0)
+    gamma: float = Field(0.4, ge=0.0, le=1.0, description="discount of later turn scores")
+    early_stop_on_correct: bool = True
+    speedup_threshold: float | None = Field(None, description="keep refining correct kernels until this speedup")
+    thinking: bool = Field(False, description="ask for <think>...</think> before the kernel")
+    context_budget_tokens: int = Field(12288, gt=0, description="prompt budget; oldest attempts dropped first")
+
+
+class RolloutConfig(Section):
+    backend: Literal["auto", "vllm", "hf"] = "auto"
+    max_tokens: int = Field(4096, gt=0, description="max new tokens per turn")
+    temperature: float = Field(0.9, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, description="-1 = off")
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False
+    sleep_between_phases: bool = Field(True, description="sleep the engine while the learner shares its GPU")
+    max_staleness: int = Field(0, ge=0, description="policy versions rollouts may lag; 0 = on-policy")
+    hf_batch_size: int = Field(8, gt=0, description="prompts per generate() call of the hf backend")
+
+
+class RewardConfig(Section):
+    """Turn score = sum of weighted components (each logged on its own)."""
+
+    format_weight: float = 0.1
+    compile_weight: float = 0.1
+    correctness_weight: float = 1.0
+    speed_weight: float = 1.0
+    length_weight: float = 0.0
+    thinking_weight: float = 0.0
+    speed_form: Literal["capped", "log", "kevin"] = "capped"
+    speed_cap: float = Field(3.0, gt=0.0, description="upper bound of speedup-1 in the capped form")
+    length_target_tokens: int = Field(2048, gt=0, description="responses shorter than this lose nothing")
+
+
+class LearnerConfig(Section):
+    loss_fn: Literal["importance_sampling", "ppo", "grpo", "dr_grpo"] = "dr_grpo"
+    learning_rate: float = Field(2e-5, gt=0.0)
+    weight_decay: float = 0.0
+    warmup_steps: int = Field(5, ge=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    grad_clip: float = Field(0.05, gt=0.0)
+    num_substeps: int = Field(1, gt=0, description="optimiser steps per batch")
+    micro_batch_tokens: int = Field(16384, gt=0, description="token budget of one packed micro-batch")
+    loss_aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
+    advantage_baseline: Literal["mean", "leave_one_out"] = "mean"
+    normalize_std: bool | None = Field(None, description="None = by loss: grpo yes, dr_grpo no")
+    remove_constant_reward_groups: bool = True
+    clip_low: float = Field(0.2, ge=0.0)
+    clip_high: float = Field(0.28, ge=0.0)
+    is_clip: float = Field(2.0, gt=0.0, description="truncated importance-sampling cap C")
+    kl_coef: float = Field(0.0, ge=0.0)
+    kl_discount: float = Field(0.0, ge=0.0)
+    kl_estimator: Literal["k1", "k3"] = "k3"
+
+
+class EvaluatorConfig(Section):
+    num_correct_trials: int = Field(5, gt=0)
+    measure_performance: bool = True
+    timing_trials: int = Field(100, gt=0)
+    warmup_trials: int = Field(3, ge=0)
+    atol_fp32: float = 1e-4
+    rtol_fp32: float = 1e-4
+    atol_half: float = 1e-2
+    rtol_half: float = 1e-2
+    compile_timeout_s: float = Field(180.0, gt=0.0)
+    run_timeout_s: float = Field(120.0, gt=0.0)
+    workers_per_gpu: int = Field(2, gt=0, description="correctness children per eval GPU")
+    cpu_workers: int = Field(2, gt=0, description="children on a machine without a GPU")
+    build_workers: int = Field(4, gt=0, description="parallel CUDA compiles")
+    baseline: Literal["eager", "compile"] = "eager"
+    baseline_file: str | None = Field(None, description="KernelBench baseline JSON instead of timing it here")
+    memory_limit_gb: float = Field(32.0, gt=0.0, description="RLIMIT_DATA of a candidate child")
+
+
+class LogConfig(Section):
+    runs_dir: str = "runs"
+    run_name: str | None = None
+    save_every: int = Field(10, ge=0)
+    eval_every: int = Field(0, ge=0, description="held-out eval cadence in steps; 0 = off")
+    tensorboard: bool = True
+    tb_histograms_every: int = Field(10, ge=0)
+    per_level_metrics: bool = False
+    wandb_project: str | None = None
+    wandb_name: str | None = None
+
+
+class PlacementConfig(Section):
+    """GPU indices (after CUDA_VISIBLE_DEVICES); empty = let the planner choose."""
+
+    rollout: list[int] = Field(default_factory=list)
+    learner: list[int] = Field(default_factory=list)
+    eval: list[int] = Field(default_factory=list)
+
+
+class KforgeConfig(BaseSettings):
+    """The whole resolved configuration of one run."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="KFORGE_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
+    )
+
+    preset: str | None = Field(None, description="name of the preset this config started from")
+    max_steps: int | None = Field(None, gt=0, description="stop after this many steps")
+    resume: str | None = Field(None, description="run folder to continue")
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+
+    @property
+    def turns(self) -> int:
+        """Turns an episode may take: 1 in single-turn mode."""
+        return 1 if self.episode.mode == "single_turn" else self.episode.max_turns

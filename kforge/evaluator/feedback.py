@@ -1,0 +1,101 @@
+"""Short feedback text for the model's next turn, and cleaning of child error output."""
+
+from __future__ import annotations
+
+import re
+
+from kforge.evaluator.verdict import Status, Verdict
+
+_FLAG_TEXT = {
+    "no_kernel_launched": "no custom kernel was launched during forward",
+    "try_except_fallback": "a try/except falls back to PyTorch",
+    "subclasses_reference_model": "ModelNew subclasses the reference Model",
+    "calls_reference_model": "the reference Model is used",
+    "imports_reference_model": "the reference Model is imported",
+    "output_aliases_input": "an output shares memory with an input",
+    "returns_input": "an output is one of the inputs",
+    "identical_outputs_across_trials": "outputs do not change with the inputs (memoised or constant)",
+    "inconsistent_after_repeat": "outputs went wrong after repeated calls (caching between calls)",
+}
+
+_CATEGORY = {
+    Status.FORMAT_ERROR: "Format error",
+    Status.STATIC_CHECK_FAILED: "Rejected before running",
+    Status.COMPILE_ERROR: "Compilation failed",
+    Status.RUNTIME_ERROR: "Runtime error",
+    Status.TIMEOUT: "Timed out",
+    Status.CRASHED: "Crashed",
+    Status.INCORRECT: "Incorrect output",
+    Status.CORRECT: "Correct",
+    Status.UNSUPPORTED: "Unsupported",
+}
+
+
+def describe_flag(flag: str) -> str:
+    if flag.startswith("pytorch_op:"):
+        return f"calls the PyTorch op `{flag.split(':', 1)[1]}` that the kernel should replace"
+    if flag.startswith("patches:") or flag.startswith("patched:"):
+        return f"replaces `{flag.split(':', 1)[1]}`"
+    return _FLAG_TEXT.get(flag, flag)
+
+
+_HIDDEN_FRAME = re.compile(r"kforge/evaluator/|<frozen |runpy|torch/nn/modules/module\.py")
+_CARET = re.compile(r"^\s*[\^~]+\s*$")
+
+
+def clean_error(text: str, scratch: str | None, secrets: list[str], max_lines: int = 8) -> str:
+    """The most useful few lines of a traceback: the candidate's frames and the error itself.
+
+    Harness frames, caret lines, sandbox paths and secret values are removed; library paths are
+    shortened to the file name.
+    """
+    if scratch:
+        text = text.replace(scratch.rstrip("/") + "/", "").replace(scratch, ".")
+    text = re.sub(r"/tmp/kforge-[\w.-]+/", "", text)
+    for s in secrets:
+        text = text.replace(s, "***")
+    out: list[str] = []
+    keep_frame = True
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        stripped = line.strip()
+        if not stripped or _CARET.match(line) or stripped.startswith("Traceback (most recent call last)"):
+            continue
+        if stripped.startswith("Extension modules:") or stripped.startswith("Current thread") \
+                or stripped.startswith("Thread 0x"):
+            continue
+        if stripped.startswith('File "'):
+            keep_frame = not _HIDDEN_FRAME.search(stripped)
+            if keep_frame:
+                line = re.sub(r'File "[^"]*/([^/"]+)"', r'File "\1"', line)
+                out.append(line[:300])
+            continue
+        if line.startswith("    ") and not keep_frame:
+            continue  # source line of a hidden frame
+        keep_frame = True
+        if line not in out[-1:]:
+            out.append(line[:300])
+    return "\n".join(out[-max_lines:])
+
+
+def write_feedback(v: Verdict) -> str:
+    parts = [f"{_CATEGORY.get(v.status, v.status.value)}."]
+    if v.status in (Status.INCORRECT, Status.CORRECT) and v.trials:
+        parts.append(f"{v.trials_passed}/{v.trials} correctness trials passed.")
+    if v.max_abs_error and v.status is Status.INCORRECT:
+        parts.append(f"Max abs error {v.max_abs_error:.3g}.")
+    reason = v.details.get("reason")
+    if reason:
+        parts.append(str(reason).rstrip(".") + ".")
+    if v.flags:
+        parts.append("Not accepted: " + "; ".join(describe_flag(f) for f in v.flags[:4]) + ".")
+    if v.speedup is not None and v.timings is not None:
+        base = v.baseline.median_ms if v.baseline else None
+        parts.append(f"Runtime {v.timings.median_ms:.4g} ms" + (f" vs PyTorch {base:.4g} ms" if base else "")
+                     + f": speedup {v.speedup:.2f}x.")
+    elif v.status is Status.CORRECT and not v.timing_meaningful:
+        parts.append("Speed not measured on this machine.")
+    text = " ".join(parts)
+    if v.error:
+        text += "\n" + v.error
+    return text

@@ -1,0 +1,207 @@
+"""Static checks on a candidate's source, before anything runs.
+
+Two kinds of finding:
+- `errors`: the candidate cannot be a valid answer (syntax error, no ModelNew, no kernel at all).
+  They end evaluation with Status.STATIC_CHECK_FAILED.
+- `flags`: reward-hacking patterns (calling the PyTorch op the problem is about, a try/except
+  fallback to PyTorch, using the reference Model, patching torch or timers). The candidate still
+  runs (its feedback is more useful that way) but a flagged verdict is never `correct`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+# Tensor plumbing that any kernel wrapper needs; calling these is never "doing the op in PyTorch".
+GLUE_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "new_empty", "new_zeros", "new_ones", "new_full", "arange", "tensor", "as_tensor", "from_numpy",
+    "view", "view_as", "reshape", "reshape_as", "contiguous", "is_contiguous", "size", "shape", "stride", "numel",
+    "dim", "ndim", "ndimension", "element_size", "data_ptr", "storage_offset", "to", "type", "cuda", "cpu", "float",
+    "half", "bfloat16", "double", "int", "long", "bool", "device", "dtype", "get_device", "is_cuda", "detach",
+    "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "expand_as", "permute", "transpose", "t", "T",
+    "as_strided", "narrow", "select", "split", "chunk", "unbind", "movedim", "item", "tolist", "numpy", "fill_",
+    "zero_", "copy_", "clone", "requires_grad_", "register_buffer", "register_parameter", "Parameter",
+    "manual_seed", "cdiv", "next_power_of_2", "synchronize", "current_device", "current_stream", "Stream", "Event",
+    "is_available", "set_device", "device_count", "get_device_properties", "no_grad", "inference_mode",
+    "finfo", "iinfo", "broadcast_shapes", "broadcast_tensors", "stack", "cat", "len", "isinstance", "range", "max",
+    "min", "tuple", "list", "dict", "print", "super", "__init__", "Module", "ModuleList", "Sequential",
+    "load_inline", "load", "jit", "autotune", "heuristics", "Config", "program_id", "num_programs",
+})
+
+# Calls that make a ModelNew "pure PyTorch" when nothing custom is around (nn layers in forward).
+_NN_PREFIXES = ("torch", "F", "nn", "torch.nn", "torch.nn.functional", "functional")
+
+# Calls an except-handler may make without computing the answer some other way.
+_HANDLER_OK = frozenset({"print", "warn", "format", "debug", "info", "warning", "error", "exception", "append",
+                         "str", "repr", "len", "isinstance", "getattr", "hasattr", "exit", "_exit", "join"})
+
+_PATCH_TARGETS = ("torch", "time", "triton", "torch.cuda", "torch.Tensor", "torch.nn.functional", "F", "np", "numpy")
+
+
+@dataclass
+class StaticReport:
+    errors: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)  # names of @triton.jit functions / load_inline calls
+
+
+def _dotted(node: ast.AST) -> str:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.append(_dotted(node.func) + "()")
+    return ".".join(reversed(parts))
+
+
+def _is_triton_jit(dec: ast.AST) -> bool:
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    name = _dotted(target)
+    return name.endswith("jit") or name.endswith("autotune") or name.endswith("heuristics")
+
+
+def reference_ops(problem_code: str) -> set[str]:
+    """Names of the PyTorch ops the reference Model uses (calls, nn layers, the @ operator)."""
+    ops: set[str] = set()
+    try:
+        tree = ast.parse(problem_code)
+    except SyntaxError:
+        return ops
+    for cls in [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"]:
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Call):
+                name = _dotted(node.func)
+                leaf = name.rsplit(".", 1)[-1]
+                if name.startswith("self.") and name.count(".") == 1:
+                    continue  # self.layer(x): the layer's constructor is counted instead
+                if leaf and leaf not in GLUE_OPS:
+                    ops.add(leaf)
+                    if leaf[:1].isupper():  # nn.Linear in __init__ also rules out F.linear in forward
+                        ops.add(leaf.lower())
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                ops.add("matmul")
+    return ops
+
+
+class _CandidateVisitor(ast.NodeVisitor):
+    def __init__(self, ref_ops: set[str]) -> None:
+        self.ref_ops = ref_ops
+        self.report = StaticReport()
+        self.in_kernel = 0
+        self.class_stack: list[str] = []
+        self.func_stack: list[str] = []
+        self.layer_ctor: dict[str, str] = {}  # self.<attr> -> nn layer name, from ModelNew.__init__
+
+    # --- structure -------------------------------------------------------------------------
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            if _dotted(base).rsplit(".", 1)[-1] == "Model":
+                self.report.flags.append("subclasses_reference_model")
+        self.class_stack.append(node.name)
+        self.generic_visit(node)
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        is_kernel = any(_is_triton_jit(d) for d in node.decorator_list)
+        if is_kernel:
+            self.report.kernels.append(node.name)
+            self.in_kernel += 1
+        self.func_stack.append(node.name)
+        self.generic_visit(node)
+        self.func_stack.pop()
+        if is_kernel:
+            self.in_kernel -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    # --- what the host code calls ------------------------------------------------------------
+    def _in_init(self) -> bool:
+        return bool(self.func_stack) and self.func_stack[-1] == "__init__"
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for tgt in node.targets:
+            name = _dotted(tgt)
+            head = name.rsplit(".", 1)[0] if "." in name else ""
+            if head in _PATCH_TARGETS or head.startswith("torch.") or head.startswith("time"):
+                self.report.flags.append(f"patches:{name}")
+            if self._in_init() and name.startswith("self.") and isinstance(node.value, ast.Call):
+                ctor = _dotted(node.value.func)
+                if ctor.split(".")[0] in ("nn", "torch") and ctor.rsplit(".", 1)[-1][:1].isupper():
+                    self.layer_ctor[name.split(".", 1)[1]] = ctor.rsplit(".", 1)[-1]
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _dotted(node.func)
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "load_inline" or leaf == "load":
+            if name.endswith("load_inline") or "cpp_extension" in name:
+                self.report.kernels.append("load_inline")
+        if name in ("setattr",) and node.args:
+            target = _dotted(node.args[0])
+            if target.split(".")[0] in ("torch", "time", "triton", "F", "np", "numpy"):
+                self.report.flags.append(f"patches:{target}")
+        if leaf == "Model" and name in ("Model",) or name.endswith(".Model"):
+            self.report.flags.append("calls_reference_model")
+        if not self.in_kernel and not self._in_init():
+            if name.startswith("self.") and name.count(".") == 1 and name[5:] in self.layer_ctor:
+                layer = self.layer_ctor[name[5:]]
+                if layer in self.ref_ops and layer not in GLUE_OPS:
+                    self.report.flags.append(f"pytorch_op:{layer}")
+            elif "." in name and leaf in self.ref_ops and leaf not in GLUE_OPS and not name.startswith("self."):
+                self.report.flags.append(f"pytorch_op:{leaf}")
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult) and not self.in_kernel and "matmul" in self.ref_ops:
+            self.report.flags.append("pytorch_op:matmul")
+        self.generic_visit(node)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        # A handler that computes something with torch is a fallback: the kernel may never run.
+        if not self.in_kernel:
+            for handler in node.handlers:
+                for sub in ast.walk(ast.Module(body=handler.body, type_ignores=[])):
+                    if isinstance(sub, ast.Call):
+                        name = _dotted(sub.func)
+                        leaf = name.rsplit(".", 1)[-1]
+                        harmless = leaf in _HANDLER_OK or leaf.endswith(("Error", "Exception", "Warning"))
+                        if not harmless and (leaf not in GLUE_OPS or "forward" in name):
+                            self.report.flags.append("try_except_fallback")
+                            break
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try  # type: ignore[assignment]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if any(a.name == "Model" for a in node.names):
+            self.report.flags.append("imports_reference_model")
+        self.generic_visit(node)
+
+
+def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
+    """Run every static check on a candidate (see the module docstring for errors vs flags)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        rep = StaticReport()
+        rep.errors.append(f"SyntaxError: {exc.msg} (line {exc.lineno})")
+        return rep
+    visitor = _CandidateVisitor(reference_ops(problem_code))
+    visitor.visit(tree)
+    rep = visitor.report
+    rep.flags = sorted(set(rep.flags))
+    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):
+        if not any(isinstance(n, (ast.Assign, ast.ImportFrom)) and "ModelNew" in ast.dump(n) for n in tree.body):
+            rep.errors.append("no `class ModelNew` defined: the candidate must define ModelNew(nn.Module)")
+    triton_kernels = [k for k in rep.kernels if k != "load_inline"]
+    if backend == "triton" and not triton_kernels:
+        rep.errors.append("no @triton.jit kernel found: a pure-PyTorch ModelNew earns nothing")
+    if backend == "cuda" and "load_inline" not in rep.kernels:
+        rep.errors.append("no CUDA extension (torch.utils.cpp_extension.load_inline) found")
+    return rep

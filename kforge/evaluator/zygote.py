@@ -1,0 +1,189 @@
+"""The forkserver: one per eval device, started with a clean environment.
+
+It imports torch and Triton once (never touching CUDA, so forking stays legal) and then forks one
+short-lived child per request. Each request arrives over a Unix socket with two pipe ends attached
+(SCM_RIGHTS): the child reads its job from one and writes results to the other, so the results go
+straight to the pool, not through the zygote.
+
+Child layout:  zygote -> outer (setsid, cgroup, unshare) -> inner (PID 1 of the new PID namespace:
+sandboxes itself, runs the job). The outer waits for the inner and reports how it ended.
+
+Run as `python -m kforge.evaluator.zygote FD` where FD is the inherited control socket.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import sys
+import tempfile
+from typing import Any
+
+_LEN = struct.Struct("<I")
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _close_fds(keep: set[int]) -> None:
+    for fd in sorted(int(f) for f in os.listdir("/proc/self/fd")):
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _redirect_output(scratch: str) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        out = os.open(os.path.join(scratch, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, fd)
+        os.close(out)
+
+
+def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
+    from kforge.evaluator import harness, sandbox
+    from kforge.evaluator.wire import read_pickle_blocking, send_safe
+
+    applied: dict[str, Any] = {"namespaces": ns_flags}
+    sandbox.set_pdeathsig()
+    if req.get("private_proc", True) and ns_flags & sandbox.CLONE_NEWPID and ns_flags & sandbox.CLONE_NEWNS:
+        applied["private_proc"] = sandbox.mount_private_proc()
+    if req["kind"] == "reference":
+        sandbox.set_dumpable(False)  # same-uid processes cannot read its memory through /proc
+    scratch = req["scratch"]
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.environ["HOME"] = scratch
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = scratch
+    os.chdir(scratch)
+    if req.get("landlock", True):
+        readable = sandbox.readable_roots(req.get("readable", [])) if req.get("restrict_reads", True) else None
+        applied["landlock"] = sandbox.apply_landlock([scratch, *req.get("writable", [])], readable,
+                                                     net=req.get("landlock_net", True),
+                                                     scope=req.get("landlock_scope", True))
+    if req.get("seccomp", True):
+        applied["seccomp"] = sandbox.apply_seccomp()
+    sandbox.apply_rlimits(int(req["memory_bytes"]))
+    faulthandler.enable(file=sys.stderr)
+    try:
+        job = read_pickle_blocking(rfd)
+        job["scratch"] = scratch
+        send_safe(wfd, {"type": "sandbox", "applied": applied})
+        harness.JOBS[req["kind"]](job, wfd, rfd)
+    except BaseException as exc:  # noqa: BLE001 - last resort: tell the parent, then die quietly
+        import traceback
+
+        try:
+            send_safe(wfd, {"type": "error", "stage": "harness", "category": "runtime_error",
+                            "message": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]})
+        except BaseException:  # noqa: BLE001
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _outer(req: dict[str, Any], rfd: int, wfd: int) -> None:
+    from kforge.evaluator import sandbox
+    from kforge.evaluator.wire import send_safe
+
+    os.setsid()
+    if req.get("cgroup"):
+        try:
+            with open(os.path.join(req["cgroup"], "cgroup.procs"), "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:
+            pass
+    _close_fds({rfd, wfd})
+    _redirect_output(req["scratch"])
+    ns_flags = 0
+    if req.get("namespaces", True):
+        ns_flags, _notes = sandbox.enter_namespaces(req["uid"], req["gid"])
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _inner(req, rfd, wfd, ns_flags)
+        finally:
+            os._exit(0)
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    info = {"type": "exit", "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
+    try:
+        send_safe(wfd, info)
+    finally:
+        os._exit(0)
+
+
+def serve(ctrl: socket.socket) -> None:
+    from kforge.evaluator import sandbox
+
+    sandbox.set_subreaper()  # orphans come back here and are reaped, never left as zombies
+    while True:
+        ready, _, _ = select.select([ctrl], [], [], 0.5)
+        _reap()
+        if not ready:
+            continue
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(ctrl, 1 << 20, 4)
+        except OSError:
+            return
+        if not msg:
+            return  # the pool went away
+        req = pickle.loads(msg[_LEN.size:])
+        rfd, wfd = fds
+        pid = os.fork()
+        if pid == 0:
+            ctrl.close()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                _outer(req, rfd, wfd)
+            finally:
+                os._exit(1)
+        os.close(rfd)
+        os.close(wfd)
+        ctrl.sendall(_LEN.pack(pid))
+
+
+def _preload() -> None:
+    """Everything a child would import anyway, so each fork starts warm."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import torch.nn.functional  # noqa: F401
+
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass
+    import kforge.evaluator.harness  # noqa: F401
+    import kforge.evaluator.sandbox  # noqa: F401
+    import kforge.evaluator.wire  # noqa: F401
+
+
+def main() -> None:
+    ctrl = socket.socket(fileno=int(sys.argv[1]))
+    _preload()
+    ctrl.sendall(b"R")  # ready
+    serve(ctrl)
+
+
+if __name__ == "__main__":
+    main()

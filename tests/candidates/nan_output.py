@@ -1,0 +1,20 @@
+"""Writes NaN into the first element."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def bad_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0)
+    x = tl.where(offs == 0, float("nan"), x)
+    tl.store(y_ptr + offs, x, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        bad_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y

@@ -1,0 +1,184 @@
+"""The candidate corpus through the real pool: sandbox, Triton interpreter, every status and defence.
+
+One pool serves the whole module; after every candidate (crash, hang, escape attempt) the next
+one must still be judged normally, which the ordering below exercises on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kforge.config.schema import EvaluatorConfig
+from kforge.evaluator import EvalPool, Status, Verdict
+from kforge.problems.record import Problem
+
+def _load_manifest():
+    import importlib.util
+    import sys
+
+    path = Path(__file__).parent / "candidates" / "manifest.py"
+    spec = importlib.util.spec_from_file_location("kforge_candidate_manifest", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses need the module registered
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_manifest = _load_manifest()
+CASES, PROBLEMS, Case = _manifest.CASES, _manifest.PROBLEMS, _manifest.Case
+
+SECRET = "hf_kforge_test_secret_4242"
+CPU_CASES = [c for c in CASES if not c.gpu_only]
+
+
+def make_problem(key: str) -> Problem:
+    level, pid, name, code = PROBLEMS[key]
+    return Problem(level, pid, name, code)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory):
+    old = os.environ.get("HF_TOKEN")
+    os.environ["HF_TOKEN"] = SECRET  # the pool is created with a secret in its environment
+    cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0, memory_limit_gb=4.0,
+                          cpu_workers=2)
+    try:
+        with EvalPool(cfg, devices=None, cache_dir=tmp_path_factory.mktemp("kforge-cache")) as p:
+            yield p
+    finally:
+        if old is None:
+            os.environ.pop("HF_TOKEN", None)
+        else:
+            os.environ["HF_TOKEN"] = old
+
+
+class _Listener:
+    """A TCP server on the host that records whether anyone connected."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connected = False
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.connected = True
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def _sleepers(tag: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if tag in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _check(case: Case, v: Verdict) -> None:
+    wanted = case.status.split("|")
+    assert v.status.value in wanted, f"{case.file}: {v.status.value} not in {wanted}\n{v.feedback}\n{v.details}"
+    for flag in case.flags:
+        assert any(f.startswith(flag) for f in v.flags), f"{case.file}: flag {flag} missing from {v.flags}"
+    assert v.correct is case.correct, f"{case.file}: correct={v.correct} flags={v.flags}"
+    if v.flags:
+        assert not v.correct
+    assert v.feedback and SECRET not in v.feedback and SECRET not in v.error
+    assert "/tmp/kforge-" not in v.feedback, v.feedback
+    assert v.timing_meaningful is False and v.speedup is None
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=[f"{c.file}-{c.backend}" for c in CPU_CASES])
+def test_corpus_case(pool: EvalPool, case: Case, tmp_path: Path) -> None:
+    code = case.code()
+    listener = None
+    tag = f"{time.time_ns() % 10**6 + 10**6}.{os.getpid()}"
+    target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
+    if "__PORT__" in code:
+        listener = _Listener()
+        code = code.replace("__PORT__", str(listener.port))
+    code = code.replace("__SLEEP__", tag).replace("__TARGET__", str(target)).replace("__POOL_PID__", str(os.getpid()))
+    try:
+        v = pool.submit(make_problem(case.problem), code, case.backend).result(timeout=120)
+    finally:
+        if listener is not None:
+            listener.close()
+    _check(case, v)
+    if listener is not None:
+        assert not listener.connected, "the sandboxed child reached a TCP server on the host"
+    if case.file == "write_outside.py":
+        assert not target.exists()
+        assert "Permission denied" in v.error or "Errno" in v.error, v.error
+    if case.file == "detached_child.py":
+        assert _sleepers(tag) == [], "a detached process outlived its candidate"
+    if case.file == "env_secret.py":
+        assert "no secret visible" in v.error, v.error
+    if case.file == "read_other_memory.py":
+        assert "LEAKED" not in v.error
+    if case.file == "huge_alloc.py":
+        assert "allocate" in v.error, v.error
+    if case.file == "hang.py":
+        assert "exceeded" in v.feedback
+    if case.file == "segfault.py":
+        assert "SIGSEGV" in v.feedback
+    if case.status == "unsupported":
+        assert "no GPU" in v.feedback
+    # The pool still judges a good kernel right after every case.
+    after = pool.submit(make_problem("relu"), (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()).result(timeout=60)
+    assert after.correct, after.feedback
+
+
+def test_evaluate_many_keeps_order(pool: EvalPool) -> None:
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    zeros = (Path(__file__).parent / "candidates" / "returns_zeros.py").read_text()
+    items = [(make_problem("relu"), good, "triton"), (make_problem("relu"), zeros, "triton"),
+             (make_problem("scale"), (Path(__file__).parent / "candidates" / "scale_correct.py").read_text(), "triton"),
+             (make_problem("relu"), "", "triton"), (make_problem("relu"), good, "rocm")]
+    out = pool.evaluate_many(items)
+    assert [v.status for v in out] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT, Status.FORMAT_ERROR,
+                                       Status.UNSUPPORTED]
+    assert out[1].trials_passed == 0 and out[1].trials == 4 and out[1].partial_credit == 0.0
+
+
+def test_async_evaluate_and_verdict_roundtrip(pool: EvalPool) -> None:
+    import asyncio
+
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    v = asyncio.run(pool.evaluate(make_problem("relu"), good, "triton"))
+    assert v.correct and v.trials == 4  # 3 trials + the signed-input trial (inputs are torch.rand)
+    again = Verdict.from_dict(v.to_dict())
+    assert again.status is Status.CORRECT and again.trials_passed == 4
+    sandbox = v.details["sandbox"]
+    assert sandbox["landlock"][0] and sandbox["seccomp"][0]
+
+
+def test_partial_credit_when_only_some_trials_fail(pool: EvalPool) -> None:
+    copy = (Path(__file__).parent / "candidates" / "copy_kernel.py").read_text()
+    v = pool.submit(make_problem("relu"), copy).result(timeout=60)
+    assert v.status is Status.INCORRECT and v.trials_passed == 3 and v.trials == 4
+    assert 0.7 < v.partial_credit < 0.8 and v.max_abs_error and v.max_abs_error > 0.1
+    assert "signed" in v.feedback

@@ -1,0 +1,201 @@
+"""Evaluator pieces on their own: static checks, comparison, feedback cleaning, wire safety, CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kforge.cli.app import app
+from kforge.config.schema import EvaluatorConfig
+from kforge.evaluator import sandbox
+from kforge.evaluator.compare import compare_outputs, identical, tolerance
+from kforge.evaluator.feedback import clean_error, write_feedback
+from kforge.evaluator.static_check import check_source, reference_ops
+from kforge.evaluator.verdict import Status, Verdict
+from kforge.evaluator.wire import decode_safe
+
+CANDIDATES = Path(__file__).parent / "candidates"
+
+MATMUL_PROBLEM = '''import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+    def forward(self, a, b):
+        return torch.matmul(a, b) + self.fc(a).view(a.shape)
+def get_inputs():
+    return [torch.rand(4, 4), torch.rand(4, 4)]
+def get_init_inputs():
+    return [4]
+'''
+
+KERNEL = '''
+import torch, triton, triton.language as tl
+import torch.nn as nn
+@triton.jit
+def k(x_ptr):
+    x = tl.load(x_ptr)
+    tl.store(x_ptr, x)
+'''
+
+
+def test_reference_ops_include_calls_layers_and_matmul_operator() -> None:
+    ops = reference_ops(MATMUL_PROBLEM)
+    assert {"matmul", "Linear", "linear"} <= ops
+    assert "view" not in ops and "super" not in ops
+
+
+@pytest.mark.parametrize("body, flag", [
+    ("return torch.matmul(a, b)", "pytorch_op:matmul"),
+    ("return a @ b", "pytorch_op:matmul"),
+    ("return self.fc(a)", "pytorch_op:Linear"),
+    ("return torch.nn.functional.linear(a, self.fc.weight)", "pytorch_op:linear"),
+    ("try:\n            return k[(1,)](a)\n        except Exception:\n            return a.mm(b)", "try_except_fallback"),
+])
+def test_static_flags_on_forward(body: str, flag: str) -> None:
+    code = KERNEL + f'''
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+    def forward(self, a, b):
+        {body}
+'''
+    rep = check_source(code, MATMUL_PROBLEM, "triton")
+    assert not rep.errors
+    assert flag in rep.flags, rep.flags
+
+
+def test_glue_ops_and_layers_in_init_are_not_flagged() -> None:
+    code = KERNEL + '''
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+    def forward(self, a, b):
+        out = torch.empty_like(a).view(-1).contiguous()
+        k[(triton.cdiv(a.numel(), 4),)](out)
+        return out.reshape(a.shape)
+'''
+    rep = check_source(code, MATMUL_PROBLEM, "triton")
+    assert rep.errors == [] and rep.flags == [] and rep.kernels == ["k"]
+
+
+def test_static_errors_and_patch_flags() -> None:
+    assert "ModelNew" in check_source(KERNEL, MATMUL_PROBLEM, "triton").errors[0]
+    no_kernel = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n"
+    assert "triton.jit" in check_source(no_kernel, MATMUL_PROBLEM, "triton").errors[0]
+    assert "load_inline" in check_source(no_kernel, MATMUL_PROBLEM, "cuda").errors[0]
+    patched = KERNEL + "import time\ntime.perf_counter = lambda: 0.0\ntorch.cuda.synchronize = None\n" \
+        "class ModelNew(nn.Module):\n    pass\n"
+    flags = check_source(patched, MATMUL_PROBLEM, "triton").flags
+    assert "patches:time.perf_counter" in flags and "patches:torch.cuda.synchronize" in flags
+    assert check_source("def f(:\n", MATMUL_PROBLEM, "triton").errors[0].startswith("SyntaxError")
+
+
+def test_compare_tolerances_and_failures() -> None:
+    cfg = EvaluatorConfig()
+    ref = torch.linspace(-1, 1, 100)
+    assert compare_outputs([ref + 5e-5], [ref], cfg).passed
+    assert not compare_outputs([ref + 1e-2], [ref], cfg).passed
+    half = ref.half()
+    assert compare_outputs([half + 0.005], [half], cfg).passed  # fp16 gets 1e-2
+    assert tolerance(torch.int64, cfg) == (0.0, 0.0)
+    bad = ref.clone()
+    bad[3] = float("nan")
+    res = compare_outputs([bad], [ref], cfg)
+    assert not res.passed and "NaN" in res.reason
+    assert "shape" in compare_outputs([ref.view(10, 10)], [ref], cfg).reason
+    assert "dtype" in compare_outputs([ref.double()], [ref], cfg).reason
+    assert "outputs" in compare_outputs([ref, ref], [ref], cfg).reason
+    ints = torch.arange(5)
+    assert not compare_outputs([ints + 1], [ints], cfg).passed
+    assert identical([ints], [ints.clone()]) and not identical([ints], [ints + 1])
+
+
+def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
+    scratch = "/tmp/kforge-abc123"
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/main/kforge/evaluator/harness.py", line 10, in run\n'
+        "    cand = _load_module(x)\n"
+        "           ^^^^^^^^^^^^^^\n"
+        f'  File "{scratch}/candidate.py", line 5, in forward\n'
+        "    raise ValueError(token)\n"
+        "ValueError: hf_supersecret in /tmp/kforge-abc123/data\n"
+    )
+    out = clean_error(text, scratch, ["hf_supersecret"])
+    assert "kforge/evaluator" not in out and "^^^" not in out and "/tmp/kforge" not in out
+    assert "hf_supersecret" not in out and "***" in out
+    assert 'File "candidate.py", line 5, in forward' in out
+
+
+def test_feedback_mentions_trials_flags_and_speed() -> None:
+    v = Verdict(Status.INCORRECT, trials_passed=2, trials=5, max_abs_error=0.5, flags=["pytorch_op:relu"])
+    text = write_feedback(v)
+    assert "2/5" in text and "0.5" in text and "relu" in text
+
+
+def test_decode_safe_refuses_arbitrary_pickles(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path}/pwned",))
+
+    with pytest.raises(Exception):
+        decode_safe(pickle.dumps(Evil()))
+    assert not (tmp_path / "pwned").exists()
+    buf = io.BytesIO()
+    torch.save({"type": "outputs", "x": [torch.ones(2)]}, buf)
+    assert decode_safe(buf.getvalue())["x"][0].sum() == 2
+
+
+def test_explain_matches_what_the_kernel_allows() -> None:
+    rows = {name: (active, detail) for name, active, detail in sandbox.explain()}
+    caps = sandbox.capabilities()
+    assert rows["Landlock filesystem (writes only to scratch)"][0] == (sandbox.landlock_abi() >= 1)
+    assert rows["network namespace (no network)"][0] == caps.netns
+    assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp
+    assert all(isinstance(d, str) and d for _a, d in rows.values())
+
+
+def test_clean_env_drops_secrets() -> None:
+    env = sandbox.clean_env({"PATH": "/bin", "HF_TOKEN": "x" * 10, "OPENAI_API_KEY": "y" * 10, "LANG": "C"})
+    assert env == {"PATH": "/bin", "LANG": "C"}
+    assert sandbox.secret_values({"HF_TOKEN": "abcdefgh", "HOME": "/root"}) == ["abcdefgh"]
+
+
+runner = CliRunner()
+
+
+def test_check_cli_bad_arguments_exit_2(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["check", str(tmp_path / "missing.py"), "--problem", "1/1"])
+    assert res.exit_code == 2
+    cand = CANDIDATES / "relu_correct.py"
+    res = runner.invoke(app, ["check", str(cand), "--problem", "99/99"])
+    assert res.exit_code == 2
+    res = runner.invoke(app, ["check", str(cand)])
+    assert res.exit_code == 2
+
+
+def test_check_cli_json_and_explain(tmp_path: Path) -> None:
+    problem = tmp_path / "relu_problem.py"
+    problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                       "        return torch.relu(x)\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
+                       "def get_init_inputs():\n    return []\n")
+    res = runner.invoke(app, ["check", str(CANDIDATES / "copy_kernel.py"), "--problem", str(problem), "--json",
+                              "--trials", "2"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["status"] == "incorrect" and data["correct"] is False and data["trials"] == 2
+    for key in ("flags", "trials_passed", "speedup", "feedback", "timings"):
+        assert key in data
+    res = runner.invoke(app, ["check", "--explain-sandbox"])
+    assert res.exit_code == 0 and "Landlock" in res.stdout

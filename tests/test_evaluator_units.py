@@ -199,3 +199,19 @@ def test_check_cli_json_and_explain(tmp_path: Path) -> None:
         assert key in data
     res = runner.invoke(app, ["check", "--explain-sandbox"])
     assert res.exit_code == 0 and "Landlock" in res.stdout
+
+
+def test_signed_trial_scales_atol_by_output_magnitude_but_still_rejects_zeros():
+    import torch
+
+    from kforge.config.schema import EvaluatorConfig
+    from kforge.evaluator.compare import compare_outputs
+
+    cfg = EvaluatorConfig()
+    torch.manual_seed(0)
+    want = torch.randn(64, 4096).sum(dim=1, keepdim=True)  # magnitudes ~64, some near zero
+    rounding = want + 5e-4 * torch.randn_like(want)  # what a different summation order can give
+    assert not compare_outputs([rounding], [want], cfg).passed
+    assert compare_outputs([rounding], [want], cfg, scale_atol=True).passed
+    assert not compare_outputs([torch.zeros_like(want)], [want], cfg, scale_atol=True).passed
+    assert not compare_outputs([want.abs()], [want], cfg, scale_atol=True).passed

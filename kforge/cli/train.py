@@ -74,7 +74,7 @@ def train(
     except PlacementError as exc:
         run.set_status("failed", error=str(exc))
         raise fail(str(exc)) from None
-    console.print(plan.describe(), highlight=False)
+    console.print(plan.describe(), highlight=False, soft_wrap=True)
     status = _run(cfg, run, plan, resume=bool(resume), plain=plain)
     console.print(f"run {run.name}: {status} at step {run.summary()['steps']} -> {run.path}", highlight=False)
     if status == "failed":

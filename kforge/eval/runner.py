@@ -210,7 +210,7 @@ class EvalRun:
         from kforge.learner.rewards import score_turn
         from kforge.policy.episode import run_episodes
         from kforge.policy.prompts import PromptBuilder
-        from kforge.rollout import make_backend
+        from kforge.rollout.base import make_backend
 
         assert self.target is not None
         jobs = [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
@@ -226,7 +226,7 @@ class EvalRun:
                 from kforge.rag import load_retriever
 
                 retriever = load_retriever(self.cfg.dataset.rag_index_path)
-            builder = PromptBuilder(self.cfg, backend.tokenizer, retriever=retriever)
+            builder = PromptBuilder.from_config(self.cfg, backend.tokenizer, retriever=retriever)
             by_key = {p.key: p for p in self.problems}
             done = 0
             total = len(jobs) * self.cfg.turns

@@ -519,7 +519,7 @@ class EvalPool:
             want = ref.outputs.get(f"{t['seed']}:{int(t['signed'])}")
             if want is None:
                 continue
-            res = compare_outputs(t["outputs"], want, self.cfg)
+            res = compare_outputs(t["outputs"], want, self.cfg, scale_atol=bool(t["signed"]))
             passed += res.passed
             max_abs, max_rel = max(max_abs, res.max_abs), max(max_rel, res.max_rel)
             if not res.passed and t.get("equals_input"):

@@ -23,7 +23,9 @@ def _serve(conn: Any, cfg_json: dict[str, Any], visible: str, total_steps: int |
         from kforge.config.schema import KforgeConfig
         from kforge.learner.learner import Learner
 
-        learner = Learner(KforgeConfig.model_validate(cfg_json), device="cuda", total_steps=total_steps)
+        cfg = KforgeConfig.model_validate(cfg_json)
+        # Log-probs under the sampling temperature, as the rollout engine reports them (IS ratios).
+        learner = Learner(cfg, device="cuda", total_steps=total_steps, temperature=cfg.rollout.temperature)
         conn.send(("ready", None))
     except BaseException:  # report any start-up failure to the parent, then exit
         conn.send(("error", traceback.format_exc()))

@@ -190,7 +190,7 @@ class Trainer:
         self.components.learner.load_checkpoint(str(ckpt_dir / "learner"))
         self.sampler.load_state_dict(state["sampler"])
         self.step = int(state["step"])
-        self._sync_adapter(ckpt_dir / "learner")
+        self._sync_adapter(ckpt_dir / "learner" / "adapter")
         log.info("resumed from %s at step %d", ckpt_dir.name, self.step)
 
     def _sync_adapter(self, adapter_dir: Path | None = None) -> None:
@@ -356,7 +356,7 @@ def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,
     """Learner, rollout backend, eval pool and prompt builder for this placement."""
     from kforge.evaluator import EvalPool
     from kforge.policy.prompts import PromptBuilder
-    from kforge.rollout import make_backend
+    from kforge.rollout.base import make_backend
 
     pool = EvalPool(cfg.evaluator, devices=plan.eval or None)
     retriever = None
@@ -371,8 +371,8 @@ def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,
         from kforge.rollout.hf import HFBackend
 
         log_fn("loading the model (CPU)")
-        learner = Learner(cfg, device="cpu", total_steps=total_steps)
-        backend = HFBackend.from_model(learner.model, learner.tokenizer, cfg)
+        learner = Learner(cfg, device="cpu", total_steps=total_steps, temperature=cfg.rollout.temperature)
+        backend = HFBackend.from_model(learner.model, learner.tokenizer, batch_size=cfg.rollout.hf_batch_size)
         shares = True
     else:
         from kforge.modelio import load_tokenizer, resolve_model
@@ -384,7 +384,7 @@ def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,
         backend = make_backend(cfg, [int(plan.gpus[i]) for i in plan.rollout])
         shares = False
     tokenizer = backend.tokenizer
-    builder = PromptBuilder(cfg, tokenizer, retriever=retriever)
+    builder = PromptBuilder.from_config(cfg, tokenizer, retriever=retriever)
     return Components(learner=learner, backend=backend, pool=pool, builder=builder, shares_model=shares)
 
 

@@ -110,7 +110,7 @@ def evaluate(
         raise fail("no problems selected: check --level, --problems and --source")
 
     plan = plan_placement(visible_gpus())
-    devices = [int(g) for g in plan.gpus] if plan.gpus else None
+    devices = list(range(len(plan.gpus))) or None  # logical indices, as CUDA_VISIBLE_DEVICES lists them
     run = EvalRun(cfg, selected, out, samples=samples, target=tgt, candidates=given, devices=devices)
     if resume:
         try:

@@ -20,6 +20,7 @@ class Example:
     backend: str = "triton"
     source: str = "builtin"
     score: float | None = None  # retrieval similarity, when retrieved
+    problem_key: str | None = None  # "LEVEL/ID" of the problem it solves, when it comes from a problem set
 
 
 class ExampleRetriever(Protocol):

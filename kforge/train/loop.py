@@ -131,10 +131,7 @@ class Trainer:
             self._verdict_cache[key] = fut
         else:
             self._cache_hits += 1
-        verdict = await fut
-        if self.dashboard is not None:
-            self.dashboard.advance()
-        return verdict
+        return await fut
 
     def score(self, turn: Turn, trajectory: Trajectory) -> tuple[float, dict[str, float]]:
         from kforge.learner.rewards import score_turn
@@ -144,6 +141,7 @@ class Trainer:
     def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None:
         if self.dashboard is None:
             return
+        self.dashboard.advance()
         v = turn.verdict
         status = v.status.value if v is not None else "format_error"
         detail = f"x{v.speedup:.2f}" if v is not None and v.speedup else (",".join(v.flags) if v and v.flags else "")
@@ -381,7 +379,7 @@ def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,
         log_fn(f"starting the learner on GPU {plan.physical('learner')}")
         learner = LearnerProcess(cfg, plan.physical("learner"), total_steps=total_steps)
         log_fn(f"starting the rollout engine on GPU {plan.physical('rollout')}")
-        backend = make_backend(cfg, [int(plan.gpus[i]) for i in plan.rollout])
+        backend = make_backend(cfg, plan.rollout)
         shares = False
     tokenizer = backend.tokenizer
     builder = PromptBuilder.from_config(cfg, tokenizer, retriever=retriever)

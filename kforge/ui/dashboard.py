@@ -52,7 +52,7 @@ class Dashboard:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
             self._live.__enter__()
         else:
-            self.console.print(self.plan_text, highlight=False)
+            self.console.print(self.plan_text, highlight=False, soft_wrap=True)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -77,7 +77,7 @@ class Dashboard:
     def warn(self, message: str) -> None:
         self.warnings.appendleft(message)
         if not self.live_mode:
-            self.console.print(f"warning: {message}", highlight=False)
+            self.console.print(f"warning: {message}", highlight=False, soft_wrap=True)
         self._refresh()
 
     def end_step(self, step: int, metrics: dict[str, Any], step_seconds: float) -> None:
@@ -110,7 +110,7 @@ class Dashboard:
             if isinstance(m.get(key), (int, float)):
                 parts.append(f"{label} {m[key]:.3f}")
         parts.append(f"eta {self._eta()}")
-        self.console.print(" | ".join(parts), highlight=False)
+        self.console.print(" | ".join(parts), highlight=False, soft_wrap=True)
 
     def _refresh(self) -> None:
         if self._live is not None:

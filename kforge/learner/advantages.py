@@ -1,0 +1,113 @@
+"""Multi-turn credit assignment: discounted per-turn returns and group-relative advantages.
+
+Each turn of a trajectory is its own training sample. Its return is its own score plus the
+discounted scores of the turns that followed it (R_t = s_t + gamma * R_{t+1}), so a turn that set up
+a later success gets part of the credit. The group that a turn is compared with is every trajectory of
+the same problem at the same turn index (Kevin-32B's baseline per task and turn).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from kforge.config.schema import LearnerConfig
+from kforge.learner.samples import Sample
+from kforge.policy.records import Trajectory, Turn
+
+EPS = 1e-6
+
+
+def assign_returns(trajectories: list[Trajectory], gamma: float) -> None:
+    """Set ``turn.return_`` of every turn from the turn scores (``turn.score``), last turn first."""
+    for trajectory in trajectories:
+        later = 0.0
+        for turn in reversed(trajectory.turns):
+            later = turn.score + gamma * later
+            turn.return_ = later
+
+
+def uses_std(cfg: LearnerConfig) -> bool:
+    """normalize_std=None means: std-normalise for grpo only (Dr.GRPO and the others leave it out)."""
+    return cfg.loss_fn == "grpo" if cfg.normalize_std is None else cfg.normalize_std
+
+
+def group_advantages(returns: list[float], baseline: str, normalize_std: bool) -> list[float]:
+    """Advantages of one group. ``leave_one_out`` compares each member with the mean of the others;
+    a group of one has no baseline to compare with and gets 0. The std is the population std of the
+    group's returns."""
+    n = len(returns)
+    mean = sum(returns) / n
+    if baseline == "mean":
+        adv = [r - mean for r in returns]
+    elif baseline == "leave_one_out":
+        adv = [0.0] * n if n == 1 else [r - (mean * n - r) / (n - 1) for r in returns]
+    else:
+        raise ValueError(f"learner.advantage_baseline {baseline!r} is unknown; use mean or leave_one_out")
+    if normalize_std:
+        std = math.sqrt(sum((r - mean) ** 2 for r in returns) / n)
+        adv = [a / (std + EPS) for a in adv]
+    return adv
+
+
+def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[list[Sample], dict[str, float]]:
+    """Samples with advantages (also written to ``turn.advantage``) and group statistics.
+
+    Call ``assign_returns`` first. With ``remove_constant_reward_groups``, groups whose returns are
+    all equal (no learning signal, only noise through KL and clipping) produce no samples at all.
+    """
+    groups: dict[tuple[str, int], list[Turn]] = defaultdict(list)
+    for trajectory in trajectories:
+        for turn in trajectory.turns:
+            groups[(trajectory.problem_key, turn.index)].append(turn)
+
+    normalize = uses_std(cfg)
+    samples: list[Sample] = []
+    dropped = 0
+    for (problem_key, turn_index), turns in groups.items():
+        returns = [t.return_ for t in turns]
+        if cfg.remove_constant_reward_groups and max(returns) - min(returns) <= 1e-12:
+            dropped += 1
+            for turn in turns:
+                turn.advantage = 0.0
+            continue
+        for turn, adv in zip(turns, group_advantages(returns, cfg.advantage_baseline, normalize)):
+            turn.advantage = adv
+            samples.append(
+                Sample(
+                    prompt_ids=list(turn.prompt_ids),
+                    response_ids=list(turn.response_ids),
+                    advantage=adv,
+                    rollout_logprobs=list(turn.logprobs),
+                    policy_version=turn.policy_version,
+                    problem_key=problem_key,
+                    turn_index=turn_index,
+                )
+            )
+
+    all_returns = [t.return_ for turns in groups.values() for t in turns]
+    advs = [s.advantage for s in samples]
+    stats = {
+        "groups_total": float(len(groups)),
+        "groups_kept": float(len(groups) - dropped),
+        "groups_dropped": float(dropped),
+        "samples": float(len(samples)),
+        "return_mean": _mean(all_returns),
+        "return_std": _std(all_returns),
+        "advantage_mean": _mean(advs),
+        "advantage_std": _std(advs),
+        "advantage_abs_mean": _mean([abs(a) for a in advs]),
+        "advantage_zero_fraction": _mean([1.0 if abs(a) < 1e-12 else 0.0 for a in advs]),
+    }
+    return samples, stats
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _std(xs: list[float]) -> float:
+    if not xs:
+        return 0.0
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))

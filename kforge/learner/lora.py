@@ -1,0 +1,119 @@
+"""The trainable policy: a PEFT LoRA adapter on a frozen base model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
+    from kforge.config.schema import KforgeConfig
+
+
+class LearnerError(RuntimeError):
+    """A problem with the learner's inputs; the message is one line meant for the user."""
+
+
+def adapter_folder(path: str | Path) -> Path:
+    """An adapter folder, or the ``adapter/`` folder inside a learner checkpoint."""
+    folder = Path(path)
+    if (folder / "adapter_config.json").is_file():
+        return folder
+    if (folder / "adapter" / "adapter_config.json").is_file():
+        return folder / "adapter"
+    raise LearnerError(
+        f"model.checkpoint {folder}: no adapter_config.json there or in its adapter/ folder; "
+        "point it at a saved adapter or a learner checkpoint"
+    )
+
+
+def load_base(cfg: KforgeConfig, device: str) -> tuple[Any, Any]:
+    """Base model and tokenizer from the config (bf16 on a GPU, fp32 on the CPU, or 4-bit)."""
+    from kforge.modelio import ModelLoadError, load_causal_lm, load_tokenizer, resolve_model
+
+    if cfg.model.load_in_4bit and not str(device).startswith("cuda"):
+        raise LearnerError("model.load_in_4bit needs a CUDA device (bitsandbytes); set model.load_in_4bit=false on CPU")
+    try:
+        ref = resolve_model(cfg.model.name, cfg.model.gguf_file)
+        tokenizer = load_tokenizer(ref, cfg.model.chat_template, cfg.model.trust_remote_code)
+        model = load_causal_lm(
+            ref, cfg.model.dtype, device, cfg.model.load_in_4bit, cfg.model.trust_remote_code
+        )
+    except ModelLoadError as exc:
+        raise LearnerError(str(exc)) from None
+    return model, tokenizer
+
+
+def is_quantized(model: Any) -> bool:
+    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_quantized", False))
+
+
+def attach_lora(model: Any, cfg: KforgeConfig) -> Any:
+    """Wrap ``model`` with a fresh adapter from ``cfg.lora``, or with the adapter in ``cfg.model.checkpoint``
+    (whose own adapter_config.json then decides rank and targets). A model that already is a PeftModel
+    is used as it is."""
+    from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+
+    if isinstance(model, PeftModel):
+        return model
+    if is_quantized(model) or cfg.model.load_in_4bit:
+        # Casts norms to fp32 and freezes the quantised weights, as QLoRA training needs.
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=cfg.model.gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    if cfg.model.checkpoint:
+        return PeftModel.from_pretrained(model, str(adapter_folder(cfg.model.checkpoint)), is_trainable=True)
+    lora = LoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as exc:
+        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise LearnerError(
+            f"lora.target_modules {cfg.lora.target_modules}: {str(exc).splitlines()[0]}; "
+            f"linear layers of this model: {', '.join(names)}"
+        ) from None
+
+
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Recompute activations in the backward pass. Non-reentrant checkpointing needs no input grads,
+    which a frozen embedding would not provide."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    # config.use_cache stays as it is: the learner passes use_cache=False itself, and a rollout backend
+    # sharing this model in-process still wants its KV cache when generating.
+
+
+def load_adapter_weights(model: Any, folder: str | Path) -> None:
+    """Copy the weights of a saved adapter into the model's active adapter (same rank and targets)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    current = model.peft_config[model.active_adapter]
+    if int(config.get("r", -1)) != int(current.r):
+        raise LearnerError(f"adapter {folder}: rank {config.get('r')} differs from the model's rank {current.r}")
+    state = load_file(str(folder / "adapter_model.safetensors"))
+    result = set_peft_model_state_dict(model, state)
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise LearnerError(f"adapter {folder}: weights for layers this model lacks, e.g. {unexpected[0]}")
+
+
+def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]

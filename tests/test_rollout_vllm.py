@@ -1,0 +1,220 @@
+"""The vLLM backend's worker process and pipe protocol, and (where vLLM imports and a GPU is present) the
+real engine.
+
+This machine has no GPU and no vLLM, so the protocol tests run the real worker process (spawn, the
+environment it starts with, the pipe, error and crash handling, adapter ids, prefix-cache resets) with
+`RecordingEngine` standing in for `vllm.LLM` inside it: the one piece this machine lacks.
+The engine tests at the end are skipped unless vLLM imports and CUDA is available.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
+from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of, visible_devices_for
+
+ENGINE = "test_rollout_vllm:RecordingEngine"
+
+
+class RecordingEngine:
+    """Implements VLLMEngine's methods in the worker and records what it was asked to do."""
+
+    def __init__(self, fail: bool = False, **kwargs):
+        if fail:
+            raise RuntimeError("engine could not start: no GPU memory left")
+        self.kwargs = kwargs
+        self.env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_USE_FLASHINFER_SAMPLER")}
+        self.loaded: list[tuple[str, int, str]] = []
+        self.removed: list[int] = []
+        self.resets = 0
+        self.asleep = False
+        self.events: list[str] = []
+
+    def generate(self, requests, lora):
+        if self.asleep:
+            raise RuntimeError("generate while asleep")
+        out = []
+        for r in requests:
+            if r["prompt_ids"] == [666]:
+                os._exit(3)  # a hard crash of the worker
+            n = min(r["sampling"]["max_tokens"], len(r["prompt_ids"]))
+            ids = list(reversed(r["prompt_ids"]))[:n]
+            tag = "base" if lora is None else f"lora{lora[1]}"
+            out.append({"token_ids": ids, "text": f"{tag}:{ids}", "logprobs": [-0.25] * n,
+                        "finish_reason": "length" if n == r["sampling"]["max_tokens"] else "stop"})
+        return out
+
+    def load_lora(self, lora):
+        self.loaded.append(tuple(lora))
+        self.events.append(f"load{lora[1]}")
+
+    def remove_lora(self, int_id):
+        self.removed.append(int_id)
+        self.events.append(f"remove{int_id}")
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+        self.events.append("reset")
+
+    def sleep(self, level=1):
+        self.asleep = True
+
+    def wake(self):
+        self.asleep = False
+
+    def state(self):
+        return {"kwargs": self.kwargs, "env": self.env, "loaded": self.loaded, "removed": self.removed,
+                "resets": self.resets, "events": self.events}
+
+
+class _Tok:
+    """The parent side needs a tokenizer only to hand it to the prompt builder."""
+
+
+@pytest.fixture(scope="module")
+def worker():
+    backend = VLLMBackend(_Tok(), {"model": "scratch", "seed": 5}, devices=None, engine=ENGINE, startup_timeout_s=120)
+    yield backend
+    backend.close()
+
+
+def req(ids, max_tokens=3, **kw):
+    return GenerationRequest(ids, SamplingParams(max_tokens=max_tokens, **kw))
+
+
+def test_visible_devices_mapping():
+    assert visible_devices_for([1, 2], "4,5,6") == "5,6"
+    assert visible_devices_for([0], None) == "0"
+    assert visible_devices_for(None, "3") == "3"
+    with pytest.raises(BackendError, match="not all visible"):
+        visible_devices_for([3], "0,1")
+
+
+def test_lora_rank_rounds_up_to_an_allowed_rank():
+    assert lora_rank_for(8) == 8 and lora_rank_for(12) == 16 and lora_rank_for(32) == 32
+    with pytest.raises(BackendError):
+        lora_rank_for(100000)
+
+
+def test_sampled_logprobs_are_read_from_the_sampled_token_entries():
+    class Logprob:
+        def __init__(self, v):
+            self.logprob = v
+
+    entries = [{5: Logprob(-0.5)}, {7: Logprob(-1.5), 2: Logprob(-0.1)}]
+    assert sampled_logprobs_of([5, 7], entries) == [-0.5, -1.5]
+    with pytest.raises(BackendError):
+        sampled_logprobs_of([5], None)
+
+
+def test_generate_round_trip_keeps_request_order(worker):
+    outs = worker.generate([req([1, 2, 3, 4]), req([9, 8], max_tokens=5), req([7], temperature=0.0, stop=["x"])])
+    assert [o.token_ids for o in outs] == [[4, 3, 2], [8, 9], [7]]
+    assert [o.finish_reason for o in outs] == ["length", "stop", "stop"]
+    assert outs[0].text == "base:[4, 3, 2]" and outs[0].logprobs == [-0.25] * 3
+    state = worker._call("state")
+    assert state["kwargs"] == {"model": "scratch", "seed": 5}
+    assert worker.generate([]) == []
+
+
+def test_worker_environment_is_set_before_it_starts(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    backend = VLLMBackend(_Tok(), {}, devices=[2], engine=ENGINE, startup_timeout_s=120)
+    try:
+        env = backend._call("state")["env"]
+        assert env["CUDA_VISIBLE_DEVICES"] == "6" and backend.info["cuda_visible_devices"] == "6"
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5,6"  # the parent's own view is untouched
+    finally:
+        backend.close()
+    assert not backend._proc.is_alive()
+
+
+def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    worker.load_adapter(str(adapter), 1)
+    first = worker.generate([req([1, 2])])[0].text
+    worker.load_adapter(str(adapter), 2)
+    worker.load_adapter(str(adapter), 2)  # the same version again still gets a fresh id
+    last = worker.generate([req([1, 2])])[0].text
+    state = worker._call("state")
+    ids = [lora[1] for lora in state["loaded"]]
+    assert ids == [1, 2, 3] and len(set(ids)) == 3
+    assert first == "lora1:[2, 1]" and last == "lora3:[2, 1]" and worker.version == 2
+    assert state["events"] == ["load1", "reset", "load2", "reset", "remove1", "load3", "reset", "remove2"]
+    with pytest.raises(BackendError, match="adapter_config.json"):
+        worker.load_adapter(str(tmp_path), 4)
+
+
+def test_sleep_wake_and_engine_errors_come_back_as_backend_errors(worker, tmp_path):
+    worker.sleep()
+    with pytest.raises(BackendError, match="generate while asleep"):
+        worker.generate([req([1])])
+    adapter = tmp_path / "asleep"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    loaded_before = len(worker._call("state")["loaded"])
+    worker.load_adapter(str(adapter), 9)  # waits for wake: loading needs the engine's memory
+    assert len(worker._call("state")["loaded"]) == loaded_before
+    worker.wake()
+    state = worker._call("state")
+    assert len(state["loaded"]) == loaded_before + 1 and state["loaded"][-1][2] == str(adapter.resolve())
+    assert worker.version == 9
+    assert worker.generate([req([3])])[0].token_ids == [3]
+
+
+def test_engine_start_failure_is_reported():
+    with pytest.raises(BackendError, match="no GPU memory left"):
+        VLLMBackend(_Tok(), {"fail": True}, engine=ENGINE, startup_timeout_s=120)
+
+
+def test_worker_crash_is_reported_not_hung():
+    backend = VLLMBackend(_Tok(), {}, engine=ENGINE, startup_timeout_s=120)
+    try:
+        with pytest.raises(BackendError, match="died during generate"):
+            backend.generate([req([666])])
+    finally:
+        backend.close()
+
+
+# ------------------------------------------------------------------------------- the real engine (GPU)
+def _vllm_and_gpu() -> bool:
+    try:
+        import torch
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _vllm_and_gpu(), reason="needs vLLM and a CUDA GPU")
+def test_real_vllm_generates_with_logprobs(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kforge.rollout.logprobs import sampled_logprobs
+    from kforge.rollout.scratch_model import write_model_folder
+
+    folder = write_model_folder(tmp_path / "model", hidden=256, layers=2, heads=4, kv_heads=4, intermediate=512,
+                                vocab_size=4000, real_weights=True, dtype="float32")
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    backend = VLLMBackend(tok, dict(model=str(folder), dtype="bfloat16", gpu_memory_utilization=0.3, enforce_eager=True,
+                                    enable_lora=True, max_lora_rank=16, max_model_len=1024,
+                                    logprobs_mode="processed_logprobs"))
+    try:
+        prompt = tok("def add(a, b):\n", add_special_tokens=False)["input_ids"]
+        (out,) = backend.generate([GenerationRequest(prompt, SamplingParams(max_tokens=16, temperature=0.8, seed=0))])
+        assert len(out.token_ids) == len(out.logprobs) > 0
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).cuda()
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + out.token_ids]).cuda()).logits[0, len(prompt) - 1 : -1]
+        expected = sampled_logprobs(logits.cpu(), torch.tensor(out.token_ids), 0.8)
+        # A bf16 engine against an fp32 forward pass of the same weights.
+        assert torch.allclose(torch.tensor(out.logprobs), expected, atol=0.1)
+    finally:
+        backend.close()

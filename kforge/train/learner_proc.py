@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import traceback
 from typing import Any
 
@@ -81,11 +82,16 @@ class LearnerProcess:
         if kind != "ready":
             self.close()
             raise LearnerDied(f"learner process failed to start:\n{payload}")
+        # One call at a time on the pipe; the version is cached so that the next step's rollouts can read
+        # it while a train_step is in flight (pipelined mode).
+        self._lock = threading.Lock()
+        self._version = int(self._call("version"))
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
-            self._conn.send((method, args))
-            kind, payload = self._conn.recv()
+            with self._lock:
+                self._conn.send((method, args))
+                kind, payload = self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise LearnerDied(f"learner process exited (code {self._proc.exitcode})") from None
         if kind == "error":
@@ -93,7 +99,9 @@ class LearnerProcess:
         return payload
 
     def train_step(self, samples: list[Any]) -> dict[str, float]:
-        return self._call("oom_retry_train_step", samples)
+        metrics = self._call("oom_retry_train_step", samples)
+        self._version = int(self._call("version"))
+        return metrics
 
     def save_adapter(self, path: str) -> None:
         self._call("save_adapter", str(path))
@@ -103,10 +111,11 @@ class LearnerProcess:
 
     def load_checkpoint(self, path: str) -> None:
         self._call("load_checkpoint", str(path))
+        self._version = int(self._call("version"))
 
     @property
     def version(self) -> int:
-        return int(self._call("version"))
+        return self._version
 
     def close(self) -> None:
         if self._proc.is_alive():

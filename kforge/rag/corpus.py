@@ -26,13 +26,13 @@ kernels per task only the fastest correct one is kept.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from kforge.jsonl import iter_objects
 from kforge.policy.examples import Example
 from kforge.rag.errors import RagError
 from kforge.rag.text import code_hash, code_tokens, structure_hash
@@ -181,18 +181,8 @@ def load_jsonl(path: Path) -> Corpus:
     source = f"jsonl:{path}"
 
     def rows() -> Iterator[tuple[str, dict[str, Any]]]:
-        with path.open(encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RagError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
-                if not isinstance(row, dict):
-                    raise RagError(f"{where}: expected a JSON object with name, pytorch_code and kernel_code")
-                yield where, row
+        for where, _, row in iter_objects(path, RagError, "a JSON object with name, pytorch_code and kernel_code"):
+            yield where, row
 
     return _corpus_from_rows(str(path), source, rows())
 

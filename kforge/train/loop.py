@@ -406,7 +406,6 @@ def build_components(cfg: KforgeConfig, plan: Plan, total_steps: int | None,
         backend = HFBackend.from_model(learner.model, learner.tokenizer, batch_size=cfg.rollout.hf_batch_size)
         shares = True
     else:
-        from kforge.modelio import load_tokenizer, resolve_model
         from kforge.train.learner_proc import LearnerProcess
 
         log_fn(f"starting the learner on GPU {plan.physical('learner')}")

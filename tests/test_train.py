@@ -145,3 +145,46 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(reference_run, tmp_
         capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stderr[-2000:]
     assert int(check.stdout.strip().splitlines()[-1]) == last["step"]
+
+
+def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
+    """A crashed vLLM worker answers every call with BackendError; the trainer builds a new backend, hands
+    it the current adapter and redoes the step's rollouts."""
+    import asyncio
+
+    from kforge.config.loader import resolve, to_yaml
+    from kforge.evaluator import EvalPool
+    from kforge.learner.learner import Learner
+    from kforge.policy.prompts import PromptBuilder
+    from kforge.problems import builtin_problems
+    from kforge.rollout.base import BackendError
+    from kforge.rollout.hf import HFBackend
+    from kforge.train.loop import Components, Trainer
+    from kforge.train.placement import Plan
+
+    cfg = resolve("tiny", overrides=["rollout.max_tokens=8", "dataset.group_size=1", "episode.max_turns=1"]).config
+    learner = Learner(cfg, device="cpu")
+    fresh = HFBackend.from_model(learner.model, learner.tokenizer)
+
+    class DeadWorker:
+        tokenizer = learner.tokenizer
+        closed = False
+
+        async def agenerate(self, requests, on_completion=None):
+            raise BackendError("vLLM worker died during generate (exit code -9)")
+
+        def close(self):
+            DeadWorker.closed = True
+
+    problems = builtin_problems()[:2]
+    with EvalPool(cfg.evaluator) as pool:
+        comps = Components(learner, DeadWorker(), pool, PromptBuilder.from_config(cfg, learner.tokenizer), False)
+        run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
+        trainer = Trainer(cfg, run, Plan([]), problems, [], comps)
+        with pytest.raises(BackendError):  # without a way to restart, the failure is not hidden
+            asyncio.run(trainer._rollouts_with_restart(problems[:1], 1, 0))
+        trainer.restart_backend = lambda: fresh
+        trajectories = asyncio.run(trainer._rollouts_with_restart(problems[:1], 1, 0))
+    assert DeadWorker.closed and trainer.restarts == 1 and comps.backend is fresh
+    assert len(trajectories) == 1 and trajectories[0].turns[0].response_ids
+    assert list((run.path / "adapters").glob("v*/adapter_config.json"))  # the new worker got the adapter

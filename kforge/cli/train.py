@@ -104,6 +104,10 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         total = min(total, cfg.max_steps) if cfg.max_steps else total
         components = build_components(cfg, plan, total)
         trainer = Trainer(cfg, run, plan, train_set, test_set, components)
+        if not components.shares_model:
+            from kforge.rollout.base import make_backend
+
+            trainer.restart_backend = lambda: make_backend(cfg, plan.rollout)
         if resume:
             last = run.last_checkpoint()
             if last is not None:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from kforge.config.schema import KforgeConfig
 from kforge.evaluator.verdict import Verdict
 from kforge.policy.records import Trajectory, Turn
+from kforge.rollout.base import BackendError
 from kforge.problems.record import Problem
 from kforge.runs.folder import STOP_FILE, RunFolder, atomic_write_text
 from kforge.train.data import ProblemSampler
@@ -110,6 +111,8 @@ class Trainer:
     _stop: StopFlag = field(default_factory=StopFlag)
     _sampler_after: dict[int, dict[str, int]] = field(default_factory=dict)
     stage_times: dict[str, float] = field(default_factory=dict)  # generate_s / eval_s summed over a step
+    restart_backend: Callable[[], Any] | None = None  # builds a fresh rollout backend (GPU placements)
+    restarts: int = 0
 
     def __post_init__(self) -> None:
         ds = self.cfg.dataset
@@ -166,6 +169,30 @@ class Trainer:
             jobs, _TimedBackend(self.components.backend, self.stage_times), self.components.builder,
             self.evaluate, self.score, self.cfg, policy_version, on_turn=self._on_turn,
         )
+
+    async def _rollouts_with_restart(self, batch: list[Problem], step: int, version: int) -> list[Trajectory]:
+        try:
+            return await self.rollouts(batch, self.cfg.dataset.group_size, version)
+        except BackendError as exc:
+            return await self._restart_and_retry(exc, batch, step)
+
+    async def _restart_and_retry(self, exc: Exception, batch: list[Problem] | None, step: int) -> list[Trajectory]:
+        """A dead rollout worker is started again with the current adapter and the step is retried once;
+        a second failure ends the run (never a step computed from half the rollouts)."""
+        if self.components.shares_model or self.restart_backend is None or batch is None:
+            raise exc
+        log.warning("step %d: rollout worker failed (%s); restarting it and retrying the step", step,
+                    str(exc).splitlines()[0])
+        try:
+            self.components.backend.close()
+        except Exception as close_exc:  # the worker is already gone; closing is best effort
+            log.warning("closing the failed rollout worker: %s", close_exc)
+        self.components.backend = self.restart_backend()
+        self._sync_adapter()
+        self.restarts += 1
+        seed_everything(step_seed(self.cfg.dataset.seed, step))
+        self.stage_times.clear()
+        return await self.rollouts(batch, self.cfg.dataset.group_size, self.components.learner.version)
 
     # -- checkpoints ----------------------------------------------------------------------------------
     def save_checkpoint(self, reason: str) -> Path:
@@ -257,6 +284,7 @@ class Trainer:
             self.save_checkpoint("start")
         self.run.set_status("running", step=self.step, total_steps=self.total_steps, preset=cfg.preset)
         pending: asyncio.Task | None = None  # rollouts of the next step started early (pipelined mode)
+        batch_of_pending: list[Problem] | None = None
         status = "finished"
         try:
             while self.step < self.total_steps:
@@ -274,9 +302,12 @@ class Trainer:
                     version = self.components.learner.version
                     self._cache_hits = 0
                     self.stage_times.clear()
-                    trajectories = await self.rollouts(batch, cfg.dataset.group_size, version)
+                    trajectories = await self._rollouts_with_restart(batch, step, version)
                 else:
-                    trajectories = await pending
+                    try:
+                        trajectories = await pending
+                    except BackendError as exc:
+                        trajectories = await self._restart_and_retry(exc, batch_of_pending, step)
                     pending = None
                 t_roll = time.time() - t0
 
@@ -291,6 +322,7 @@ class Trainer:
                     # staleness of one version; the learner corrects with the rollout log-probs).
                     next_batch = self.sampler.next_batch()
                     self._sampler_after[step + 1] = self.sampler.state_dict()
+                    batch_of_pending = next_batch
                     if next_batch is not None:
                         seed_everything(step_seed(cfg.dataset.seed, step + 1))
                         pending = asyncio.ensure_future(
@@ -315,6 +347,7 @@ class Trainer:
                     "throughput/eval_kernels_min": 60.0 * sum(1 for tr in trajectories for t in tr.turns
                                                               if t.verdict is not None) / max(t_roll, 1e-9),
                     "eval/cache_hits": float(self._cache_hits),
+                    "rollout/worker_restarts": float(self.restarts),
                     # generate_s: wall time inside the engine; eval_s: summed over candidates (they overlap).
                     "time/generate_s": self.stage_times.get("generate_s", 0.0),
                     "time/eval_sum_s": self.stage_times.get("eval_s", 0.0),

@@ -112,6 +112,7 @@ class Trainer:
     _sampler_after: dict[int, dict[str, int]] = field(default_factory=dict)
     stage_times: dict[str, float] = field(default_factory=dict)  # generate_s / eval_s summed over a step
     restart_backend: Callable[[], Any] | None = None  # builds a fresh rollout backend (GPU placements)
+    _synced_version: int | None = None
     restarts: int = 0
 
     def __post_init__(self) -> None:
@@ -188,6 +189,7 @@ class Trainer:
         except Exception as close_exc:  # the worker is already gone; closing is best effort
             log.warning("closing the failed rollout worker: %s", close_exc)
         self.components.backend = self.restart_backend()
+        self._synced_version = None  # the new engine has no adapter yet
         self._sync_adapter()
         self.restarts += 1
         seed_everything(step_seed(self.cfg.dataset.seed, step))
@@ -231,6 +233,9 @@ class Trainer:
         if self.components.shares_model:
             return
         version = self.components.learner.version
+        if adapter_dir is None and version == self._synced_version:
+            return  # the learner skipped its step: the engine already has these weights
+        self._synced_version = version
         if adapter_dir is None or not (adapter_dir / "adapter_config.json").exists():
             adapter_dir = self.run.path / "adapters" / f"v{version:06d}"
             self.components.learner.save_adapter(str(adapter_dir))
@@ -282,6 +287,9 @@ class Trainer:
         (self.run.path / STOP_FILE).unlink(missing_ok=True)
         if self.step == 0 and not self.run.last_checkpoint():
             self.save_checkpoint("start")
+        # The engine starts from the learner's adapter (a `model.checkpoint` to start from, or the fresh
+        # LoRA, which also warms the engine's LoRA kernels before the first timed step).
+        self._sync_adapter()
         self.run.set_status("running", step=self.step, total_steps=self.total_steps, preset=cfg.preset)
         pending: asyncio.Task | None = None  # rollouts of the next step started early (pipelined mode)
         batch_of_pending: list[Problem] | None = None

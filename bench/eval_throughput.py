@@ -261,8 +261,8 @@ def shrink(code: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default="/work/shared/data/kernelbench/problems.jsonl")
-    ap.add_argument("--baselines", default="/work/shared/data/kernelbench/baselines/H100_Modal__baseline_time_torch.json")
+    ap.add_argument("--problems", default=str(ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
+    ap.add_argument("--baselines", default=str(ROOT.parent / "shared/data/kernelbench/baselines/H100_Modal__baseline_time_torch.json"))
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--shrink", action="store_true")
     ap.add_argument("--timing-trials", type=int, default=100)

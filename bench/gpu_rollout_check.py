@@ -7,7 +7,7 @@ HF backend: batched generation, log-probs against a forward pass, LoRA hot-load 
 sleep/wake. vLLM backend (when vLLM imports): generation, log-probs against the HF forward pass (fp32)
 without and with a LoRA, hot-load of PEFT-written adapters (outputs change; reloading an earlier
 adapter gives its outputs back, so no stale prefix cache is used), sleep/wake with the GPU memory it frees.
-Prints one table; exit status 1 when a check fails. With vLLM 0.23 from /work/shared/device:
+Prints one table; exit status 1 when a check fails. With vLLM 0.23 from ../shared/device (bench/device/prepare.sh):
 `export PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0`.
 """
 

@@ -10,7 +10,7 @@ VLLMBackend (worker process + pipe) with identical engine arguments (`load_forma
 config + tokenizer folder). Both request the sampled token's log-prob, as kforge always does; a direct run
 without log-probs is shown for reference. Target: kforge >= 0.9x the direct call.
 HF: `HFBackend.generate` against `model.generate` on the same batches.
-With vLLM 0.23 from /work/shared/device: `export PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0`.
+With vLLM 0.23 from ../shared/device (bench/device/prepare.sh): `export PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0`.
 """
 
 from __future__ import annotations

@@ -39,48 +39,25 @@ class Target:
     description: str = ""
 
 
-def _adapter_dir(folder: Path) -> Path | None:
-    for cand in (folder, folder / "adapter", folder / "learner", folder / "learner" / "adapter"):
-        if (cand / "adapter_config.json").exists():
-            return cand
-    return None
-
-
 def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -> tuple[Target, Path | None]:
-    """A run folder (its latest checkpoint, or `step`), an adapter folder, or a base model id/path.
+    """A run folder (its latest checkpoint, or `step`), a checkpoint/adapter folder, or a base model id/path.
 
-    Returns the target and, for a run folder, the run's config file (so eval uses the run's model)."""
-    from kforge.runs.folder import find_run
+    Runs and adapters are found the way `kforge export` finds them. Returns the target and, for a run,
+    the run's config file (so eval uses the run's model)."""
+    from kforge.ops.export import ExportError, locate_source
 
     path = Path(spec)
-    run = None
-    if (path / "status.json").exists() or (Path(runs_dir) / spec / "status.json").exists():
-        run = find_run(spec, runs_dir)
-    if run is not None:
-        ckpts = run.checkpoints()
-        if step is not None:
-            ckpts = [c for c in ckpts if c.get("step") == step]
-            if not ckpts:
-                raise EvalTargetError(f"run {run.name} has no checkpoint at step {step}; see `kforge runs show {run.name}`")
-        ckpts = [c for c in ckpts if (run.path / c["path"]).is_dir()]
-        if not ckpts:
-            raise EvalTargetError(f"run {run.name} has no checkpoint on disk yet")
-        ckpt = run.path / ckpts[-1]["path"]
-        adapter = _adapter_dir(ckpt)
-        if adapter is None:
-            raise EvalTargetError(f"checkpoint {ckpt} holds no adapter_config.json")
-        import yaml
-
-        model = yaml.safe_load(run.config_path.read_text())["model"]["name"]
-        return Target(model, str(adapter), f"run {run.name} step {ckpts[-1]['step']}"), run.config_path
-    if path.is_dir():
-        adapter = _adapter_dir(path)
-        if adapter is not None:
-            base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
-            if not base:
-                raise EvalTargetError(f"{adapter}/adapter_config.json names no base model; pass model.name=...")
-            return Target(base, str(adapter), f"adapter {adapter}"), None
-    return Target(spec, None, f"base model {spec}"), None
+    is_run = (path / "status.json").exists() or (Path(runs_dir) / spec / "status.json").exists()
+    has_adapter = path.is_dir() and any(path.rglob("adapter_config.json"))
+    if not (is_run or has_adapter):
+        return Target(spec, None, f"base model {spec}"), None
+    try:
+        source = locate_source(spec, runs_dir, step)
+        model = source.base_model
+    except ExportError as exc:
+        raise EvalTargetError(str(exc)) from None
+    config = source.run.config_path if source.run is not None and source.config is not None else None
+    return Target(model, str(source.adapter_dir), source.describe()), config
 
 
 def parse_id_range(text: str | None) -> tuple[int | None, int | None]:

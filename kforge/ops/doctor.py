@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from kforge.config.schema import KforgeConfig
+from kforge.gpus import Gpu, query_gpus
 
 Status = Literal["pass", "warn", "fail"]
 GIB = 1024**3
@@ -198,16 +199,6 @@ def check_vllm_torch_pin(cfg: KforgeConfig, gpus_visible: bool) -> list[CheckRes
 # ----------------------------------------------------------------------------------------------- GPUs
 
 
-@dataclass
-class Gpu:
-    index: str
-    uuid: str
-    name: str
-    total_mib: float
-    used_mib: float
-    driver: str
-
-
 def _visible_filter(gpus: list[Gpu]) -> list[Gpu]:
     """The GPUs CUDA_VISIBLE_DEVICES lets a process see (indices or GPU-UUID prefixes)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -224,53 +215,6 @@ def _visible_filter(gpus: list[Gpu]) -> list[Gpu]:
             break
         chosen.extend(m for m in match if m not in chosen)
     return chosen
-
-
-def query_gpus() -> tuple[list[Gpu] | None, str]:
-    """(all GPUs, how they were read); None when neither nvidia-smi nor NVML answers."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            res = subprocess.run(
-                [smi, "--query-gpu=index,uuid,name,memory.total,memory.used,driver_version",
-                 "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, f"nvidia-smi did not answer: {exc}"
-        if res.returncode != 0:
-            return None, f"nvidia-smi failed: {(res.stderr or res.stdout).strip().splitlines()[-1:] or ['?']}"
-        gpus = []
-        for line in res.stdout.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 6 and parts[0].isdigit():
-                gpus.append(Gpu(parts[0], parts[1], parts[2], _num(parts[3]), _num(parts[4]), parts[5]))
-        return gpus, "nvidia-smi"
-    try:
-        import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-        gpus = []
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            gpus.append(Gpu(str(i), _text(uuid), _text(name), mem.total / 2**20, mem.used / 2**20, _text(driver)))
-        return gpus, "NVML"
-    except Exception:  # no bindings or no driver: there is no GPU this process could use
-        return None, "no nvidia-smi and no NVML"
-
-
-def _num(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_gpus(cfg: KforgeConfig, gpus: list[Gpu] | None, source: str) -> list[CheckResult]:

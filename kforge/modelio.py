@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kforge.config.paths import cache_root
+
 
 class ModelLoadError(RuntimeError):
     pass
@@ -26,10 +28,6 @@ class ModelRef:
     @property
     def is_local(self) -> bool:
         return Path(self.path).is_dir()
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge")
 
 
 def resolve_model(name: str, gguf_file: str | None = None, dense: bool = True) -> ModelRef:

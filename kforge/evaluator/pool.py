@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from kforge.config.paths import cache_root
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import sandbox
 from kforge.evaluator.children import CgroupFactory, Child, Zygote
@@ -42,10 +43,6 @@ SEED_BASE = 42
 SIGNED_SEED = SEED_BASE + 1000
 FINAL_SEED = SEED_BASE + 2000
 BACKENDS = ("triton", "cuda")
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge")
 
 
 def _sha(*parts: str) -> str:
@@ -115,7 +112,7 @@ class EvalPool:
     def __init__(self, cfg: EvaluatorConfig, devices: list[int] | None = None,
                  cache_dir: str | Path | None = None) -> None:
         self.cfg = cfg
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.work_dir = Path(tempfile.mkdtemp(prefix="kforge-pool-"))
         self.secrets = sandbox.secret_values()

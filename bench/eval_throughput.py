@@ -221,6 +221,67 @@ class ModelNew(nn.Module):
 '''
 
 
+# --- elementwise ops on KernelBench's 4096 x 393216 inputs (6.4 GB per tensor) ---------------------
+ELEMENTWISE = HEAD + '''
+
+@triton.jit
+def ew_kernel(x_ptr, y_ptr, n, slope, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, __EXPR__, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope: float = 0.01):
+        super().__init__()
+        self.slope = negative_slope
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        ew_kernel[(triton.cdiv(n, 4096),)](x, y, n, self.slope, BLOCK=4096)
+        return y
+'''
+
+# --- softmax over rows of 393216 values: one program per row, two passes (online max and sum) -------
+SOFTMAX = HEAD + '''
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = row * cols
+    m = tl.full((BLOCK,), float("-inf"), tl.float32)
+    s = tl.zeros((BLOCK,), tl.float32)
+    for c0 in range(0, cols, BLOCK):
+        offs = c0 + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + base + offs, mask=offs < cols, other=float("-inf"))
+        m_new = tl.maximum(m, x)
+        s = s * tl.exp(m - m_new) + tl.where(offs < cols, tl.exp(x - m_new), 0.0)
+        m = m_new
+    mx = tl.max(m, 0)
+    total = tl.sum(s * tl.exp(m - mx), 0)
+    for c0 in range(0, cols, BLOCK):
+        offs = c0 + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + base + offs, mask=offs < cols, other=0.0)
+        tl.store(y_ptr + base + offs, tl.exp(x - mx) / total, mask=offs < cols)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=2048)
+        return y
+'''
+
+BIG = {19: ELEMENTWISE.replace("__EXPR__", "tl.maximum(x, 0.0)"),
+       20: ELEMENTWISE.replace("__EXPR__", "tl.where(x > 0, x, x * slope)"),
+       21: ELEMENTWISE.replace("__EXPR__", "tl.sigmoid(x)"),
+       23: SOFTMAX}
+
+
 def correct_candidates() -> dict[int, str]:
     mm_args = {1: ("A", "B"), 2: ("A", "B"), 13: ("A", "B"), 16: ("A.T", "B"), 17: ("A", "B.T"), 18: ("A.T", "B.T")}
     out = {pid: MATMUL.replace("__A__", a).replace("__B__", b) for pid, (a, b) in mm_args.items()}
@@ -234,6 +295,11 @@ def correct_candidates() -> dict[int, str]:
     out[96] = LOSS.replace("__OP__", "1")
     out[100] = LOSS.replace("__OP__", "2")
     return out
+
+
+def big_candidates() -> dict[int, str]:
+    """Outputs of several GB: compared at sampled positions, never moved whole."""
+    return dict(BIG)
 
 
 def broken_candidates() -> list[tuple[int, str, str]]:
@@ -268,6 +334,7 @@ def main() -> int:
     ap.add_argument("--timing-trials", type=int, default=100)
     ap.add_argument("--workers-per-gpu", type=int, default=2)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--big", action="store_true", help="add the 6.4 GB-input problems (19, 20, 21, 23)")
     args = ap.parse_args()
 
     import torch
@@ -286,6 +353,9 @@ def main() -> int:
 
     items: list[tuple[str, Problem, str]] = [("correct", problem(pid), code) for pid, code in correct_candidates().items()]
     items += [(label, problem(pid), code) for pid, label, code in broken_candidates()]
+    if args.big:
+        items += [("correct", problem(pid), code) for pid, code in big_candidates().items()]
+        items += [("copy as ReLU", problem(19), BIG[19].replace("tl.maximum(x, 0.0)", "x"))]
     gpu = torch.cuda.is_available() and not args.cpu
     cfg = EvaluatorConfig(timing_trials=args.timing_trials, workers_per_gpu=args.workers_per_gpu,
                           run_timeout_s=300.0, compile_timeout_s=300.0)

@@ -30,59 +30,102 @@ def _manifest():
     return mod
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cpu", action="store_true")
-    ap.add_argument("--timing-trials", type=int, default=20)
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--memory-limit-gb", type=float, default=32.0)
-    args = ap.parse_args()
-
-    import torch
-
-    from kforge.config.schema import EvaluatorConfig
-    from kforge.evaluator import EvalPool, sandbox
-    from kforge.problems.record import Problem
-
-    m = _manifest()
-    gpu = torch.cuda.is_available() and not args.cpu
-    os.environ.setdefault("HF_TOKEN", "hf_corpus_secret_value")
-    cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=10.0, compile_timeout_s=240.0, memory_limit_gb=args.memory_limit_gb,
-                          timing_trials=args.timing_trials, warmup_trials=3)
-    print("sandbox on this machine:")
-    for name, active, detail in sandbox.explain():
-        print(f"  [{'x' if active else ' '}] {name}: {detail}")
-    cases = [c for c in m.CASES if (c.gpu_only <= gpu) and not (c.cpu_only and gpu)]
-    good = (ROOT / "tests" / "candidates" / "relu_correct.py").read_text()
-    rows = []
-    t_all = time.monotonic()
-    with EvalPool(cfg, devices=[0] if gpu else None, cache_dir=args.cache_dir) as pool:
-        print(f"device: {pool.gpu_names[0]}  torch {torch.__version__}")
-        for c in cases:
-            code = c.code().replace("__PORT__", "9").replace("__SLEEP__", "4321.5").replace(
-                "__TARGET__", "/tmp/kforge-escape-check.txt").replace("__POOL_PID__", str(os.getpid()))
-            t0 = time.monotonic()
-            v = pool.submit(Problem(*m.PROBLEMS[c.problem]), code, c.backend).result()
-            wall = time.monotonic() - t0
-            after = pool.submit(Problem(*m.PROBLEMS["relu"]), good, "triton", measure=False).result()
-            ok = (v.status.value in c.status.split("|") and all(any(f.startswith(x) for f in v.flags) for x in c.flags)
-                  and v.correct == c.correct and after.correct)
-            if not ok:
-                print(f"--- {c.file}: {v.status.value} {v.flags}\n{v.feedback}\n{v.details.get('reason', '')}", flush=True)
-            rows.append((c.file, c.backend, c.status, v.status.value, ",".join(v.flags) or "-",
-                         f"{v.speedup:.2f}" if v.speedup is not None else "-",
-                         f"{v.timings.median_ms:.4f}" if v.timings else "-", f"{wall:.1f}", "ok" if ok else "MISMATCH",
-                         "yes" if after.correct else "NO", v.feedback.splitlines()[0][:90]))
-    heads = ("candidate", "backend", "expected", "got", "flags", "speedup", "median ms", "wall s", "check",
-             "pool ok after", "feedback (first line)")
+def _table(heads: tuple[str, ...], rows: list[tuple]) -> None:
     widths = [max(len(str(r[i])) for r in rows + [heads]) for i in range(len(heads))]
     print()
     print(" | ".join(h.ljust(w) for h, w in zip(heads, widths)))
     print("-+-".join("-" * w for w in widths))
     for r in rows:
         print(" | ".join(str(x).ljust(w) for x, w in zip(r, widths)))
-    bad = [r for r in rows if r[8] != "ok"]
-    print(f"\n{len(rows) - len(bad)}/{len(rows)} as expected; total {time.monotonic() - t_all:.1f} s;"
+
+
+def _expected(want: str, v) -> bool:
+    if want == "rejected":
+        return not v.correct
+    status, *flags = want.split("+")
+    return v.status.value == status and all(f in v.flags for f in flags) and (flags or status != "correct" or v.correct)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--timing-trials", type=int, default=20)
+    ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--memory-limit-gb", type=float, default=32.0)
+    ap.add_argument("--skip-cuda", action="store_true", help="leave out the load_inline candidates (cold compiles)")
+    args = ap.parse_args()
+
+    import torch
+
+    from kforge.config.schema import EvaluatorConfig
+    from kforge.evaluator import EvalPool, layers
+    from kforge.problems.record import Problem
+
+    m = _manifest()
+    gpu = torch.cuda.is_available() and not args.cpu
+    os.environ.setdefault("HF_TOKEN", "hf_corpus_secret_value")
+    print("layers on this machine:")
+    for name, active, detail in layers.explain():
+        print(f"  [{'x' if active else ' '}] {name}: {detail}")
+    good = (ROOT / "tests" / "candidates" / "relu_correct.py").read_text()
+    solution = ROOT / "kforge/problems/builtin/level1/solutions/1_Add.py"
+    pools: dict[str, EvalPool] = {}
+
+    def pool(mode: str) -> EvalPool:
+        if mode not in pools:
+            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=20.0, compile_timeout_s=240.0,
+                                  timing_timeout_s=60.0, memory_limit_gb=args.memory_limit_gb,
+                                  timing_trials=args.timing_trials, warmup_trials=3, **m.MODES[mode])
+            pools[mode] = EvalPool(cfg, devices=[0] if gpu else None, cache_dir=args.cache_dir)
+        return pools[mode]
+
+    def judge(mode: str, problem: str, code: str, backend: str = "triton"):
+        p = pool(mode)
+        code = code.replace("__PORT__", "9").replace("__SLEEP__", "4321.5").replace(
+            "__TARGET__", "/tmp/kforge-escape-check.txt").replace("__POOL_PID__", str(os.getpid())).replace(
+            "__CACHE__", str(p.cache_dir)).replace("__SOLUTION__", str(solution))
+        t0 = time.monotonic()
+        v = p.submit(Problem(*m.PROBLEMS[problem]), code, backend).result()
+        wall = time.monotonic() - t0
+        after = p.submit(Problem(*m.PROBLEMS["relu"]), good, "triton", measure=False).result()
+        return v, wall, after.correct
+
+    rows, bad = [], 0
+    t_all = time.monotonic()
+    try:
+        print(f"device: {pool('all').gpu_names[0]}  torch {torch.__version__}", flush=True)
+        if gpu:  # coverage: the candidate's own kernels' share of its GPU time
+            for name in m.COVERAGE:
+                v, wall, _ = judge("all", "matmul_relu", (ROOT / "tests/candidates/coverage" / name).read_text())
+                print(f"coverage | {name} | {v.status.value} | {','.join(v.flags) or '-'} | "
+                      f"{v.coverage if v.coverage is None else round(v.coverage, 3)} | "
+                      f"speedup {v.speedup if v.speedup is None else round(v.speedup, 2)}", flush=True)
+        for a in m.ATTACKS:
+            for mode, want in a.expect.items():
+                v, wall, after = judge(mode, a.problem, a.code())
+                ok = _expected(want, v) and after
+                bad += not ok
+                rows.append((f"attacks/{a.file}", mode, "triton", want, v.status.value, ",".join(v.flags) or "-",
+                             f"{v.speedup:.2f}" if v.speedup is not None else "-", f"{wall:.1f}",
+                             "ok" if ok else "MISMATCH", "yes" if after else "NO"))
+                print(" | ".join(rows[-1]), flush=True)
+        cases = [c for c in m.CASES if (c.gpu_only <= gpu) and not (c.cpu_only and gpu)
+                 and not (args.skip_cuda and c.backend == "cuda")]
+        for c in cases:
+            v, wall, after = judge(c.mode, c.problem, c.code(), c.backend)
+            ok = (v.status.value in c.status.split("|") and all(any(f.startswith(x) for f in v.flags) for x in c.flags)
+                  and v.correct == c.correct and after)
+            bad += not ok
+            rows.append((c.file, c.mode, c.backend, c.status, v.status.value, ",".join(v.flags) or "-",
+                         f"{v.speedup:.2f}" if v.speedup is not None else "-", f"{wall:.1f}", "ok" if ok else "MISMATCH",
+                         "yes" if after else "NO"))
+            print(" | ".join(rows[-1]), flush=True)
+        _table(("candidate", "mode", "backend", "expected", "got", "flags", "speedup", "wall s", "check",
+                "pool ok after"), rows)
+    finally:
+        for p in pools.values():
+            p.close()
+    print(f"\n{len(rows) - bad}/{len(rows)} as expected; total {time.monotonic() - t_all:.1f} s;"
           f" escape file exists: {os.path.exists('/tmp/kforge-escape-check.txt')}")
     return 1 if bad else 0
 

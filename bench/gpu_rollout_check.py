@@ -242,7 +242,8 @@ def main() -> int:
 
     import torch
 
-    from kforge.rollout.scratch_model import write_lora, write_model_folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test fixture: a scratch model
+    from scratch_model import write_lora, write_model_folder
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

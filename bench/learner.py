@@ -134,7 +134,7 @@ def quantize_to_nf4(model: Any, device: str) -> None:
 
 
 def make_samples(n: int, seq: int, response: int, vocab: int, seed: int) -> list[Any]:
-    from kforge.learner.samples import Sample
+    from kforge.credit.samples import Sample
 
     gen = torch.Generator().manual_seed(seed)
     out = []

@@ -244,7 +244,8 @@ def main() -> int:
 
     from kforge.modelio import ModelRef, load_tokenizer
     from kforge.rollout.base import SamplingParams
-    from kforge.rollout.scratch_model import write_lora, write_model_folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test fixture: a scratch model
+    from scratch_model import write_lora, write_model_folder
 
     work = Path(args.work)
     shape = SHAPES[args.shape]

@@ -1,12 +1,24 @@
-"""The machine's NVIDIA GPUs as nvidia-smi or NVML report them, read without initialising CUDA in this
-process (a forked eval zygote must never inherit a CUDA context). Used by `kforge doctor` and by the
-trainer's per-role memory/utilisation metrics."""
+"""The machine's NVIDIA GPUs: one query and one logical -> physical mapping for every user.
+
+Logical indices are what a process with our CUDA_VISIBLE_DEVICES sees (0..n-1); physical ids are what a
+child process needs in its own CUDA_VISIBLE_DEVICES (an index, a `GPU-` UUID or a `MIG-` instance id,
+exactly as the parent's variable spells it). Nothing here initialises CUDA (a forked eval zygote must
+never inherit a CUDA context): GPUs are read through nvidia-smi or NVML. Placement, the rollout and
+learner workers, the eval pool and `kforge doctor` all go through this module.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from functools import lru_cache
+
+
+class GpuIndexError(ValueError):
+    """A logical GPU index that this process cannot see; the message is one line for the user."""
 
 
 @dataclass
@@ -21,7 +33,7 @@ class Gpu:
 
 
 def query_gpus() -> tuple[list[Gpu] | None, str]:
-    """(all GPUs, how they were read); None when neither nvidia-smi nor NVML answers."""
+    """(all GPUs of the machine, how they were read); None when neither nvidia-smi nor NVML answers."""
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
@@ -48,13 +60,109 @@ def query_gpus() -> tuple[list[Gpu] | None, str]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
             util = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            gpus.append(Gpu(str(i), _text(uuid), _text(name), mem.total / 2**20, mem.used / 2**20, _text(driver), util))
+            gpus.append(Gpu(str(i), _text(pynvml.nvmlDeviceGetUUID(h)), _text(pynvml.nvmlDeviceGetName(h)),
+                            mem.total / 2**20, mem.used / 2**20, _text(driver), util))
         return gpus, "NVML"
     except Exception:  # no bindings or no driver: there is no GPU this process could use
         return None, "no nvidia-smi and no NVML"
+
+
+@lru_cache(maxsize=4)
+def _machine_gpus() -> tuple[Gpu, ...]:
+    """The GPU listing, read once per process (names and UUIDs do not change while we run)."""
+    gpus, _ = query_gpus()
+    return tuple(gpus or ())
+
+
+def matches(entry: str, gpu: Gpu) -> bool:
+    return entry == gpu.index or (entry.startswith("GPU-") and gpu.uuid.startswith(entry))
+
+
+def visible_entries(env: str | None, gpus: list[Gpu]) -> list[str]:
+    """The physical ids a process with CUDA_VISIBLE_DEVICES=`env` sees, in logical order. Pure: CUDA's rules
+    are that the list ends at the first entry that names no device (`-1` is the usual way to hide all),
+    an entry may be an index, a UUID prefix or a MIG instance, and no variable means every GPU."""
+    if env is None:
+        return [g.index for g in gpus]
+    out: list[str] = []
+    for entry in (x.strip() for x in env.split(",")):
+        if not entry or entry == "-1":
+            break
+        if entry.startswith("MIG-"):
+            out.append(entry)  # MIG instances are not listed per GPU by the query; trust the variable
+            continue
+        if gpus and not any(matches(entry, g) for g in gpus):
+            break
+        if not gpus and not (entry.isdigit() or entry.startswith("GPU-")):
+            break
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def visible_records(gpus: list[Gpu]) -> list[Gpu]:
+    """The query's records of the GPUs this process sees (a MIG instance shows as the whole GPU list: the
+    query does not list instances)."""
+    entries = visible_entries(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)
+    if any(e.startswith("MIG-") for e in entries):
+        return gpus
+    return [g for e in entries for g in gpus if matches(e, g)]
+
+
+def visible_ids() -> list[str]:
+    """Physical ids of the GPUs this process may use, in logical order; [] without a GPU."""
+    gpus = list(_machine_gpus())
+    if not gpus:
+        return []  # no driver answers: whatever the variable says, CUDA will find no device
+    return visible_entries(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)
+
+
+def physical_id(logical: int) -> str:
+    """The id that names logical GPU `logical` in a child's CUDA_VISIBLE_DEVICES."""
+    ids = visible_ids()
+    if not 0 <= logical < len(ids):
+        seen = f"{len(ids)} GPU(s) visible (0..{len(ids) - 1})" if ids else "no GPU is visible"
+        raise GpuIndexError(f"GPU {logical} does not exist: {seen}")
+    return ids[logical]
+
+
+def child_visible_devices(logicals: list[int]) -> str:
+    """CUDA_VISIBLE_DEVICES for a child that should see these logical GPUs (in this order)."""
+    return ",".join(physical_id(i) for i in logicals)
+
+
+def gpu_name(logical: int) -> str:
+    """The product name of logical GPU `logical` (e.g. 'NVIDIA H100 80GB HBM3'); MIG instances carry their
+    parent's name. Falls back to `cuda<physical id>` when the driver does not say."""
+    phys = physical_id(logical)
+    for g in _machine_gpus():
+        if matches(phys, g):
+            return g.name
+    if phys.startswith("MIG-"):
+        parent = _mig_parent_name(phys)
+        if parent:
+            return f"{parent} MIG"
+    return f"cuda{phys}"
+
+
+def _mig_parent_name(mig_uuid: str) -> str | None:
+    """`nvidia-smi -L` lists each GPU followed by its MIG instances with their UUIDs."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    parent = None
+    for line in out.splitlines():
+        m = re.match(r"GPU \d+: (.+?) \(UUID", line.strip())
+        if m:
+            parent = m.group(1)
+        elif mig_uuid in line:
+            return parent
+    return None
 
 
 def _num(text: str) -> float:
@@ -66,5 +174,3 @@ def _num(text: str) -> float:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from kforge.config.schema import LearnerConfig
-from kforge.learner.advantages import assign_returns, build_samples, group_advantages
+from kforge.credit.advantages import assign_returns, build_samples, group_advantages
 from kforge.policy.records import Trajectory, Turn
 
 SCORES = {"A": [[0, 0, 1], [0, 1, 1], [1, 1, 1]], "B": [[0, 0, 0], [0, 0, 0], [0, 0, 2]]}
@@ -160,3 +160,52 @@ def test_early_stopped_trajectories_group_by_turn_index():
 
 def test_leave_one_out_of_a_single_member_is_zero():
     assert group_advantages([3.0], "leave_one_out", normalize_std=False) == [0.0]
+
+
+def _turn(index: int, score: float, coverage: float | None = None) -> Turn:
+    from kforge.evaluator.verdict import Status, Verdict
+
+    verdict = Verdict(Status.CORRECT, trials_passed=1, trials=1, coverage=coverage)
+    return Turn(index=index, prompt_ids=[1, 2], response_ids=[3, 4], response_text="", logprobs=[-0.1, -0.2],
+                policy_version=0, verdict=verdict, score=score)
+
+
+def test_trloo_with_groups_that_shrink_as_trajectories_stop():
+    """gamma 0.5. traj0 stops after turn 0 with score 1; traj1 scores [0, 1]; traj2 [0, 0].
+    Returns: traj0 [1], traj1 [0.5, 1], traj2 [0, 0].
+    Turn 0 (n = 3, returns 1, 0.5, 0): A = R - mean(others) = 1 - 0.25, 0.5 - 0.5, 0 - 0.75.
+    Turn 1 (n = 2, returns 1, 0): A = 1 - 0, 0 - 1; the mean baseline would give only half (0.5, -0.5)."""
+    trajectories = [
+        Trajectory("P", 0, [_turn(0, 1.0)]),
+        Trajectory("P", 1, [_turn(0, 0.0), _turn(1, 1.0)]),
+        Trajectory("P", 2, [_turn(0, 0.0), _turn(1, 0.0)]),
+    ]
+    assign_returns(trajectories, gamma=0.5)
+    cfg = LearnerConfig(loss_fn="dr_grpo", advantage_baseline="leave_one_out")
+    samples, stats = build_samples(trajectories, cfg)
+    by = {(s.turn_index, i): s.advantage for i, s in enumerate(samples)}
+    assert [s.advantage for s in samples if s.turn_index == 0] == pytest.approx([0.75, 0.0, -0.75])
+    assert [s.advantage for s in samples if s.turn_index == 1] == pytest.approx([1.0, -1.0])
+    assert stats["samples"] == 5 and len(by) == 5
+    mean_cfg = LearnerConfig(loss_fn="dr_grpo", advantage_baseline="mean")
+    samples, _ = build_samples(trajectories, mean_cfg)
+    assert [s.advantage for s in samples if s.turn_index == 1] == pytest.approx([0.5, -0.5])
+
+
+def test_low_coverage_samples_are_rejected_before_grouping():
+    """min_coverage 0.5: the 0.2-coverage turn is left out and counted; the group is the other three
+    (returns 1, 0, 0 with gamma 0 -> mean baseline A = 2/3, -1/3, -1/3). Unmeasured coverage is kept."""
+    trajectories = [
+        Trajectory("P", 0, [_turn(0, 1.0, coverage=0.9)]),
+        Trajectory("P", 1, [_turn(0, 5.0, coverage=0.2)]),  # a high score from a lazy kernel
+        Trajectory("P", 2, [_turn(0, 0.0, coverage=None)]),
+        Trajectory("P", 3, [_turn(0, 0.0, coverage=0.5)]),
+    ]
+    assign_returns(trajectories, gamma=0.0)
+    samples, stats = build_samples(trajectories, LearnerConfig(loss_fn="dr_grpo", min_coverage=0.5))
+    assert stats["rejected_low_coverage"] == 1.0 and stats["samples"] == 3
+    assert [s.advantage for s in samples] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    assert trajectories[1].turns[0].advantage == 0.0
+    # without the option the lazy kernel dominates its group
+    samples, stats = build_samples(trajectories, LearnerConfig(loss_fn="dr_grpo"))
+    assert stats["rejected_low_coverage"] == 0.0 and max(s.advantage for s in samples) == pytest.approx(5 - 1.5)

@@ -12,7 +12,7 @@ from kforge.ops import doctor as dr
 
 KFORGE = [sys.executable, "-m", "kforge"]
 EXPECTED = {"python", "package torch", "package triton", "package transformers", "package peft", "package vllm",
-            "package bitsandbytes", "package faiss", "package sentence-transformers", "gpus", "torch CUDA",
+            "package bitsandbytes", "package faiss", "package sentence-transformers", "gpus", "placement", "torch CUDA",
             "triton kernel", "nvcc", "ninja", "model", "problems", "rag index", "disk"}
 
 
@@ -81,13 +81,16 @@ def test_gpu_rows_follow_what_the_config_needs():
 
 
 def test_cuda_visible_devices_filter(monkeypatch):
+    """Doctor shows the GPUs through the one mapping in kforge.gpus."""
+    from kforge.gpus import visible_records
+
     gpus = [dr.Gpu(str(i), f"GPU-{i}abc", "H100", 80000, 0, "580") for i in range(4)]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-0a")
-    assert [g.index for g in dr._visible_filter(gpus)] == ["2", "0"]
+    assert [g.index for g in visible_records(gpus)] == ["2", "0"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert dr._visible_filter(gpus) == []
+    assert visible_records(gpus) == []
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,-1,3")
-    assert [g.index for g in dr._visible_filter(gpus)] == ["1"]
+    assert [g.index for g in visible_records(gpus)] == ["1"]
 
 
 def test_triton_probe_runs_in_a_subprocess_and_failures_are_rows():
@@ -160,3 +163,15 @@ def test_model_row_for_folders_and_hub_ids(tmp_path, monkeypatch):
     assert dr.check_model(_cfg(f"model.name={folder}"))[0].status == "pass"
     rows = dr.check_model(_cfg(f"model.name={folder}", f"model.checkpoint={tmp_path}/empty"))
     assert rows[-1].check == "model checkpoint" and rows[-1].status == "fail"
+
+
+def test_placement_naming_an_invisible_gpu_fails(monkeypatch):
+    import kforge.gpus as gpus
+    from kforge.config.schema import KforgeConfig
+
+    monkeypatch.setattr(gpus, "_machine_gpus", lambda: ())
+    cfg = KforgeConfig()
+    assert dr.check_placement(cfg)[0].status == "pass"
+    cfg.placement.eval = [2]
+    (row,) = dr.check_placement(cfg)
+    assert row.status == "fail" and "eval GPU 2 does not exist: no GPU is visible" in row.detail

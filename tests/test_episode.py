@@ -261,7 +261,8 @@ def test_real_model_episode(problems):
             assert 1 <= len(turn.response_ids) <= 5 and len(turn.logprobs) == len(turn.response_ids)
             assert all(lp <= 0.0 for lp in turn.logprobs)
             assert turn.response_text == tok.decode(turn.response_ids, skip_special_tokens=True)
-            assert turn.policy_version == 7 and turn.prompt_tokens == len(turn.prompt_ids)
+            # The engine labels each completion with the adapter it sampled with (none loaded: 0).
+            assert turn.policy_version == backend.version == 0 and turn.prompt_tokens == len(turn.prompt_ids)
             assert problem.code.strip() in tok.decode(turn.prompt_ids)
             assert turn.candidate is not None and turn.verdict is not None
             if turn.candidate.code is None:
@@ -271,3 +272,85 @@ def test_real_model_episode(problems):
         if len(traj.turns) == 2:
             assert traj.turns[0].verdict.feedback.splitlines()[0] in tok.decode(traj.turns[1].prompt_ids)
     assert len(log) == evaluated
+
+
+def test_no_turn_barrier_a_step_takes_the_longest_chain_not_the_sum_of_slowest_turns(tok, problems):
+    """Three trajectories, three turns each, every kernel rejected. One evaluation per turn is slow, each
+    in a different trajectory: with a barrier per turn the phase takes 3 x SLOW; without one each chain
+    takes SLOW + 2 x FAST and the chains overlap."""
+    slow, fast = 1.0, 0.05
+    a, b, c = problems
+    script = {p.key: [answer(NOT_A_MODEL)] * 3 for p in problems}
+    slow_at = {(a.key, 0), (b.key, 1), (c.key, 2)}
+    calls: dict[str, int] = {}
+    started: list[tuple[str, int, float]] = []
+    t0 = time.perf_counter()
+
+    async def evaluate(problem, code, backend):
+        turn = calls.get(problem.key, 0)
+        calls[problem.key] = turn + 1
+        started.append((problem.key, turn, time.perf_counter() - t0))
+        await asyncio.sleep(slow if (problem.key, turn) in slow_at else fast)
+        return Verdict(Status.INCORRECT, feedback="wrong")
+
+    backend = ScriptedBackend(tok, problems, script)
+    builder = PromptBuilder(tok, option="zero_shot")
+    t0 = time.perf_counter()
+    trajs = run(backend, builder, evaluate, make_cfg(), [(a, 0), (b, 0), (c, 0)])
+    elapsed = time.perf_counter() - t0
+    assert [len(t.turns) for t in trajs] == [3, 3, 3]
+    assert elapsed < slow + 2 * fast + 0.8, elapsed  # about the longest chain (1.1 s), far below 3 x slow
+    assert elapsed >= slow
+    # b and c finished all their fast turns while a's first evaluation was still running.
+    start_of = {(k, t): s for k, t, s in started}
+    assert start_of[(b.key, 1)] < start_of[(a.key, 1)] and start_of[(c.key, 2)] < start_of[(a.key, 1)]
+
+
+def test_same_samples_whatever_the_evaluation_order(problems):
+    """Each request carries a seed fixed by (seed, problem, group, turn), so the order in which verdicts
+    come back (which decides how requests are batched) does not change what a trajectory samples."""
+    from kforge.policy.episode import request_seed
+
+    seeds = {request_seed(0, p.key, g, t) for p in problems for g in range(2) for t in range(3)}
+    assert len(seeds) == len(problems) * 2 * 3  # distinct per request
+    assert request_seed(0, problems[0].key, 1, 2) == request_seed(0, problems[0].key, 1, 2)
+    assert request_seed(1, problems[0].key, 1, 2) != request_seed(0, problems[0].key, 1, 2)
+
+
+def test_stop_after_k_consecutive_failed_turns(tok, problems):
+    a, b = problems[:2]
+    script = {a.key: [answer(NOT_A_MODEL)] * 4,
+              b.key: [answer(NOT_A_MODEL), answer(KERNEL.format(s=1.0)), answer(NOT_A_MODEL), answer(NOT_A_MODEL)]}
+    backend = ScriptedBackend(tok, problems, script)
+    builder = PromptBuilder(tok, option="zero_shot")
+    cfg = make_cfg(max_turns=4, max_failed_turns=2, early_stop_on_correct=False)
+    ta, tb = run(backend, builder, grade_by_parsing(), cfg, [(a, 0), (b, 0)])
+    assert (ta.stop_reason, len(ta.turns)) == ("failed_turns", 2)
+    # A correct turn resets the count: fail, correct, fail, fail -> stops after turn 4.
+    assert (tb.stop_reason, len(tb.turns)) == ("failed_turns", 4)
+    (tc,) = run(backend, builder, grade_by_parsing(), make_cfg(max_turns=4), [(a, 0)])  # default: off
+    assert (tc.stop_reason, len(tc.turns)) == ("max_turns", 4)
+
+
+def test_turns_are_labelled_with_the_adapter_that_sampled_them(tok, problems):
+    """Pipelined mode: the learner's new adapter reaches the engine while an episode is running; the turns
+    sampled after that must carry the new version, not the one the episode started with."""
+    a = problems[0]
+
+    class VersionedBackend(ScriptedBackend):
+        version = 7
+
+        def _respond(self, prompt_ids):
+            out = super()._respond(prompt_ids)
+            out.policy_version = self.version
+            return out
+
+    backend = VersionedBackend(tok, problems, {a.key: [answer(NOT_A_MODEL)] * 3})
+    inner = grade_by_parsing()
+
+    async def evaluate(problem, code, be):
+        backend.version = 8  # the adapter sync lands while turn 1 is being evaluated
+        return await inner(problem, code, be)
+
+    (traj,) = run(backend, PromptBuilder(tok, option="zero_shot"), evaluate, make_cfg(), [(a, 0)])
+    assert [t.policy_version for t in traj.turns] == [7, 8, 8]

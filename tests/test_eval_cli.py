@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from kforge.eval.report import summary_keys
 from kforge.problems import builtin_problems
 
 
@@ -28,16 +29,28 @@ def solutions(tmp_path):
 
 
 def test_given_kernels_results_file(solutions, tmp_path):
+    # One level-2 kernel too, so the summary has a group per level.
+    level2 = next(p for p in builtin_problems() if p.level == 2 and p.problem_id == 1)
+    (solutions / "2_1.py").write_text(level2.solution)
     out = tmp_path / "res.json"
-    res = _eval("--candidates", str(solutions), "--source", "builtin", "--level", "1", "--out", str(out))
+    res = _eval("--candidates", str(solutions), "--source", "builtin", "--level", "1", "--level", "2",
+                "--problems", "1-3", "--out", str(out))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     doc = json.loads(out.read_text())
+    assert set(doc["summary"]) == {"overall", "level_1", "level_2"}
+    for group in doc["summary"].values():
+        missing = set(summary_keys(1)) - set(group)
+        assert not missing, missing
     overall = doc["summary"]["overall"]
-    for key in ("correctness", "fast_0", "fast_1", "fast_2", "mean_speedup", "geomean_speedup", "n_problems"):
-        assert key in overall
-    assert overall["n_problems"] == 3 and overall["correctness"] == 1.0
+    assert overall["n_problems"] == 4 and overall["correctness"] == 1.0
+    assert doc["summary"]["level_1"]["n_problems"] == 3 and doc["summary"]["level_2"]["n_problems"] == 1
     assert overall["fast_1"] == 0.0 and overall["timed"] is False  # the interpreter times nothing
-    assert len(doc["samples"]) == 3
+    assert overall["compile_rate"] == 1.0 and overall["flagged_rate"] == 0.0
+    assert overall["first_turn_correctness"] == overall["best_of_turns_correctness"] == 1.0
+    # What the numbers mean travels with them: split, problem source, baseline.
+    assert doc["split"]["split"] == "all" and doc["split"]["training_problems"] == []
+    assert doc["source"].startswith("builtin") and doc["baseline"]["kind"] == "none"
+    doc["samples"] = [s for s in doc["samples"] if s["level"] == 1]
     assert all(s["verdict"]["status"] == "correct" and s["turns"][0]["code"] for s in doc["samples"])
     assert "fast_1" in res.stdout
 

@@ -33,6 +33,7 @@ def _load_manifest():
 
 _manifest = _load_manifest()
 CASES, PROBLEMS, Case = _manifest.CASES, _manifest.PROBLEMS, _manifest.Case
+ATTACKS, MODES = _manifest.ATTACKS, _manifest.MODES
 
 SECRET = "hf_kforge_test_secret_4242"
 CPU_CASES = [c for c in CASES if not c.gpu_only]
@@ -43,20 +44,43 @@ def make_problem(key: str) -> Problem:
     return Problem(level, pid, name, code)
 
 
+class _Pools:
+    """One pool per layer mode (see manifest.MODES), started on first use and closed at the end."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+        self.pools: dict[str, EvalPool] = {}
+
+    def __getitem__(self, mode: str) -> EvalPool:
+        if mode not in self.pools:
+            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0,
+                                  timing_timeout_s=10.0, memory_limit_gb=4.0, cpu_workers=2, **MODES[mode])
+            self.pools[mode] = EvalPool(cfg, devices=None, cache_dir=self.cache)
+        return self.pools[mode]
+
+    def close(self) -> None:
+        for p in self.pools.values():
+            p.close()
+
+
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory):
+def pools(tmp_path_factory: pytest.TempPathFactory):
     old = os.environ.get("HF_TOKEN")
-    os.environ["HF_TOKEN"] = SECRET  # the pool is created with a secret in its environment
-    cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0, memory_limit_gb=4.0,
-                          cpu_workers=2)
+    os.environ["HF_TOKEN"] = SECRET  # the pools are created with a secret in their environment
+    ps = _Pools(tmp_path_factory.mktemp("kforge-cache"))
     try:
-        with EvalPool(cfg, devices=None, cache_dir=tmp_path_factory.mktemp("kforge-cache")) as p:
-            yield p
+        yield ps
     finally:
+        ps.close()
         if old is None:
             os.environ.pop("HF_TOKEN", None)
         else:
             os.environ["HF_TOKEN"] = old
+
+
+@pytest.fixture(scope="module")
+def pool(pools: _Pools) -> EvalPool:
+    return pools["all"]
 
 
 class _Listener:
@@ -112,8 +136,9 @@ def _check(case: Case, v: Verdict) -> None:
     assert v.timing_meaningful is False and v.speedup is None
 
 
-@pytest.mark.parametrize("case", CPU_CASES, ids=[f"{c.file}-{c.backend}" for c in CPU_CASES])
-def test_corpus_case(pool: EvalPool, case: Case, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", CPU_CASES, ids=[f"{c.file}-{c.backend}-{c.mode}" for c in CPU_CASES])
+def test_corpus_case(pools: _Pools, case: Case, tmp_path: Path) -> None:
+    pool = pools[case.mode]
     code = case.code()
     listener = None
     tag = f"{time.time_ns() % 10**6 + 10**6}.{os.getpid()}"
@@ -182,3 +207,42 @@ def test_partial_credit_when_only_some_trials_fail(pool: EvalPool) -> None:
     assert v.status is Status.INCORRECT and v.trials_passed == 3 and v.trials == 4
     assert 0.7 < v.partial_credit < 0.8 and v.max_abs_error and v.max_abs_error > 0.1
     assert "signed" in v.feedback
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.mode == "bare"], ids=lambda c: c.file)
+def test_sandbox_cases_never_reach_the_child_with_every_layer_on(case: Case) -> None:
+    from kforge.evaluator.static_check import check_source
+
+    assert check_source(case.code(), PROBLEMS[case.problem][3], case.backend).errors
+
+
+_ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect]
+
+
+def _attack_code(attack, pools: _Pools) -> str:
+    solution = Path(__file__).resolve().parents[1] / "kforge/problems/builtin/level1/solutions/1_Add.py"
+    return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution))
+
+
+@pytest.mark.parametrize("attack,mode", _ATTACK_RUNS, ids=[f"{a.file}-{m}" for a, m in _ATTACK_RUNS])
+def test_attack(pools: _Pools, attack, mode: str) -> None:
+    v = pools[mode].submit(make_problem(attack.problem), _attack_code(attack, pools)).result(timeout=120)
+    want = attack.expect[mode]
+    got = f"{v.status.value} {v.flags} {v.details.get('reason')} {v.error[-300:]}"
+    if want == "rejected":
+        assert not v.correct, got
+    else:
+        status, *flags = want.split("+")
+        assert v.status.value == status, got
+        for flag in flags:
+            assert flag in v.flags, got
+        if not flags and status == "correct":
+            assert v.correct, got
+    assert SECRET not in v.error and SECRET not in v.feedback and "HF_TOKEN" not in v.error
+    if attack.file == "read_cache.py" and mode == "bare":
+        assert "Permission denied" in v.error, v.error
+    if attack.file == "stderr_symlink.py" and mode == "bare":  # the parent's environ must not show
+        assert "died from" in v.feedback and "PATH=" not in v.error and "HOME=" not in v.error, v.error
+    # Whatever the attack did, the pool still judges an honest kernel right after it.
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct

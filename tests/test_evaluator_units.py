@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from kforge.cli.app import app
 from kforge.config.schema import EvaluatorConfig
-from kforge.evaluator import sandbox
+from kforge.evaluator import layers, sandbox
 from kforge.evaluator.compare import compare_outputs, identical, tolerance
 from kforge.evaluator.feedback import clean_error, write_feedback
 from kforge.evaluator.static_check import check_source, reference_ops
 from kforge.evaluator.verdict import Status, Verdict
-from kforge.evaluator.wire import decode_safe
+from kforge.evaluator.wire import WireError, decode, encode
 
 CANDIDATES = Path(__file__).parent / "candidates"
 
@@ -94,10 +94,9 @@ def test_static_errors_and_patch_flags() -> None:
     no_kernel = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n"
     assert "triton.jit" in check_source(no_kernel, MATMUL_PROBLEM, "triton").errors[0]
     assert "load_inline" in check_source(no_kernel, MATMUL_PROBLEM, "cuda").errors[0]
-    patched = KERNEL + "import time\ntime.perf_counter = lambda: 0.0\ntorch.cuda.synchronize = None\n" \
-        "class ModelNew(nn.Module):\n    pass\n"
-    flags = check_source(patched, MATMUL_PROBLEM, "triton").flags
-    assert "patches:time.perf_counter" in flags and "patches:torch.cuda.synchronize" in flags
+    patched = KERNEL + "torch.cuda.synchronize = None\nclass ModelNew(nn.Module):\n    pass\n"
+    errors = check_source(patched, MATMUL_PROBLEM, "triton").errors
+    assert any("patching a library" in e for e in errors), errors
     assert check_source("def f(:\n", MATMUL_PROBLEM, "triton").errors[0].startswith("SyntaxError")
 
 
@@ -144,22 +143,23 @@ def test_feedback_mentions_trials_flags_and_speed() -> None:
     assert "2/5" in text and "0.5" in text and "relu" in text
 
 
-def test_decode_safe_refuses_arbitrary_pickles(tmp_path: Path) -> None:
+def test_child_messages_carry_no_pickle(tmp_path: Path) -> None:
     class Evil:
         def __reduce__(self):
             return (os.system, (f"touch {tmp_path}/pwned",))
 
-    with pytest.raises(Exception):
-        decode_safe(pickle.dumps(Evil()))
+    with pytest.raises(WireError):
+        decode(pickle.dumps(Evil()))
     assert not (tmp_path / "pwned").exists()
-    buf = io.BytesIO()
-    torch.save({"type": "outputs", "x": [torch.ones(2)]}, buf)
-    assert decode_safe(buf.getvalue())["x"][0].sum() == 2
+    msg = decode(encode({"type": "trial", "x": [torch.ones(2), torch.tensor(3, dtype=torch.bfloat16), 1.5, None]}))
+    assert msg["x"][0].sum() == 2 and msg["x"][1].dtype == torch.bfloat16 and msg["x"][2:] == [1.5, None]
+    # An object that is not plain data travels as text, never as an object.
+    assert isinstance(decode(encode({"type": "t", "o": Evil()}))["o"], str)
 
 
 def test_explain_matches_what_the_kernel_allows() -> None:
-    rows = {name: (active, detail) for name, active, detail in sandbox.explain()}
-    caps = sandbox.capabilities()
+    rows = {name: (active, detail) for name, active, detail in layers.explain()}
+    caps = layers.capabilities()
     assert rows["Landlock filesystem (writes only to scratch)"][0] == (sandbox.landlock_abi() >= 1)
     assert rows["network namespace (no network)"][0] == caps.netns
     assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from kforge.config.schema import KforgeConfig
-from kforge.learner.advantages import assign_returns, build_samples
+from kforge.credit.advantages import assign_returns, build_samples
 from kforge.learner.checkpoint import atomic_folder, resolve_checkpoint
 from kforge.learner.learner import Learner
 from kforge.learner.lora import LearnerError
 from kforge.learner.logprobs import response_logits, token_logprobs
 from kforge.learner.batching import collate
-from kforge.learner.samples import Sample
+from kforge.credit.samples import Sample
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
 
@@ -367,3 +367,187 @@ def test_grad_norm_clip_of_0_05_bounds_the_applied_gradient():
     applied = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in learner.params if p.grad is not None))
     assert metrics["grad_norm"] > 0.05  # the reported norm is the one before clipping
     assert applied.item() == pytest.approx(0.05, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bugs of issue 14: each test failed before the fix.
+
+
+def test_a_non_finite_loss_skips_the_optimiser_step_and_is_reported():
+    learner = Learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    before = [p.detach().clone() for p in learner.params]
+    bad = some_samples()
+    bad[0].advantage = float("nan")
+    metrics = learner.train_step(bad)
+    assert metrics["nonfinite_steps"] == 1.0 and learner.optimizer_steps == 0
+    for a, p in zip(before, learner.params):
+        torch.testing.assert_close(a, p.detach())  # no NaN reached the adapter
+    assert learner.train_step(some_samples())["nonfinite_steps"] == 0.0  # and the next step trains
+    assert learner.optimizer_steps == 1
+
+
+def test_importance_sampling_with_an_underflowing_ratio_still_trains():
+    learner = Learner(tiny_cfg(loss_fn="importance_sampling", learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    samples = some_samples()
+    # the engine claims every token was certain and 1e90 times likelier than the learner finds it: r = 0
+    for s in samples:
+        s.rollout_logprobs = [200.0] * len(s.response_ids)
+    samples[0].rollout_logprobs = []  # one sample without engine log-probs still carries a gradient
+    before = [p.detach().clone() for p in learner.params]
+    metrics = learner.train_step(samples)
+    assert math.isfinite(metrics["loss"]) and metrics["nonfinite_steps"] == 0.0
+    assert all(torch.isfinite(p).all() for p in learner.params)
+    assert any(not torch.equal(a, p.detach()) for a, p in zip(before, learner.params))
+
+
+def test_oom_retries_only_the_failing_micro_batch(monkeypatch):
+    """The first 4-row micro-batch of the update runs out of memory: only it is redone, in halves, and
+    the update equals one computed without OOM (schedule advanced once per optimiser step)."""
+    import kforge.learner.learner as learner_mod
+
+    cfg = dict(learning_rate=5e-2, warmup_steps=2, num_substeps=2, loss_fn="grpo")
+    reference = Learner(tiny_cfg(**cfg), model=tiny_model())
+    torch.manual_seed(0)
+    ref_metrics = reference.train_step(some_samples() * 2)
+
+    real = learner_mod.response_logits
+    calls = {"oom": 0}
+
+    def flaky(model, batch):
+        if torch.is_grad_enabled() and batch.input_ids.shape[0] >= 4 and calls["oom"] == 0:
+            calls["oom"] += 1
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, batch)
+
+    monkeypatch.setattr(learner_mod, "response_logits", flaky)
+    learner = Learner(tiny_cfg(**cfg), model=tiny_model())
+    torch.manual_seed(0)
+    metrics = learner.train_step(some_samples() * 2)
+    assert calls["oom"] == 1 and metrics["oom_retries"] == 1.0
+    assert metrics["optimizer_steps"] == 2 and metrics["lr"] == pytest.approx(ref_metrics["lr"])
+    assert metrics["lr"] == pytest.approx(5e-2)  # warm-up 2: steps 0 and 1 done, no over-advance
+    assert metrics["loss"] == pytest.approx(ref_metrics["loss"], rel=1e-5, abs=1e-8)
+    # The last minibatch's gradients match to rounding. (Parameters are not compared: AdamW divides
+    # by sqrt(v), which turns the rounding of near-zero LoRA-A gradients into lr-sized differences.)
+    for a, b in zip(reference.params, learner.params):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7)
+
+
+def _nucleus_samples(learner: Learner, top_k: int, top_p: float, n: int = 6, length: int = 5):
+    """Responses sampled from the processed (top-k/top-p) distribution, with the engine-style log-probs."""
+    from kforge.rollout.logprobs import process_logits
+
+    gen = torch.Generator().manual_seed(3)
+    learner.model.eval()
+    samples = []
+    with torch.no_grad():
+        for i in range(n):
+            ids, logps = [3, 4 + i % 3], []
+            for _ in range(length):
+                scores = process_logits(learner.model(input_ids=torch.tensor([ids])).logits[0, -1], 1.0, top_k, top_p)
+                probs = scores.softmax(-1)
+                tok = int(torch.multinomial(probs, 1, generator=gen))
+                logps.append(float(scores.log_softmax(-1)[tok]))
+                ids.append(tok)
+            samples.append(Sample(ids[:2], ids[2:], 1.0 if i % 2 else -1.0, rollout_logprobs=logps))
+    return samples
+
+
+def test_learner_applies_the_samplers_top_k_and_top_p():
+    cfg = tiny_cfg(learning_rate=1e-9)
+    cfg.rollout.top_p, cfg.rollout.top_k = 0.8, 6
+    learner = Learner(cfg, model=tiny_model())
+    metrics = learner.train_step(_nucleus_samples(learner, top_k=6, top_p=0.8))
+    # Ignoring the truncation, every ratio would be the kept mass (~0.8 or less), not 1.
+    assert metrics["is_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["rollout_logprob_diff"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_entropy_of_the_processed_distribution():
+    from kforge.learner.logprobs import token_entropy
+
+    logits = torch.tensor([[[0.0, math.log(3.0), -30.0]]])  # p ~ [1/4, 3/4, 0]
+    h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    assert token_entropy(logits).item() == pytest.approx(h, rel=1e-5)
+    assert token_entropy(logits, top_k=1).item() == pytest.approx(0.0, abs=1e-7)  # truncated: one token left
+    assert token_entropy(logits, temperature=2.0).item() > h  # a hotter distribution is more uncertain
+
+
+def test_lora_dropout_keeps_the_first_substep_ratio_at_one():
+    """lr 0: the weights never move, so with old log-probs computed right every ratio is exactly 1 and
+    nothing is clipped, however tight the clip. Before: old in eval mode, new with dropout masks."""
+    cfg = tiny_cfg(learning_rate=0.0, num_substeps=2, clip_low=1e-4, clip_high=1e-4, loss_fn="ppo", warmup_steps=0)
+    cfg.lora.dropout = 0.5
+    learner = Learner(cfg, model=tiny_model())
+    with torch.no_grad():  # a non-zero adapter, so that dropout on its input matters
+        for name, p in learner.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    metrics = learner.train_step(some_samples() * 2)
+    assert metrics["clip_fraction"] == 0.0
+    assert metrics["grad_norm"] > 0  # dropout is really active in the update
+
+
+def test_kl_reference_is_the_starting_adapter(tmp_path: Path):
+    trained = Learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    for _ in range(2):
+        trained.train_step(some_samples())
+    trained.save_adapter(tmp_path / "start")
+    cfg = tiny_cfg(kl_coef=0.5, learning_rate=5e-2, warmup_steps=0)
+    cfg.model.checkpoint = str(tmp_path / "start")
+    learner = Learner(cfg, model=tiny_model())
+    first = learner.train_step(some_samples())
+    assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # before: KL to the bare base model, > 0
+    assert learner.train_step(some_samples())["kl"] > 1e-6  # then it grows as the policy moves
+    learner.save_adapter(tmp_path / "next")
+    assert not (tmp_path / "next" / "reference").exists()  # only the trained adapter is exported
+
+
+# ---------------------------------------------------------------------------------------------------
+# Methods
+
+
+def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy():
+    losses, entropies = [], []
+    for coef in (0.0, 0.25):
+        torch.manual_seed(0)
+        learner = Learner(tiny_cfg(loss_fn="grpo", entropy_coef=coef), model=tiny_model())
+        m = learner.train_step(some_samples())
+        losses.append(m["loss"])
+        entropies.append(m["entropy"])
+    assert entropies[0] == pytest.approx(entropies[1])
+    # token_mean reduction: the bonus term is exactly coef x the token-mean entropy
+    assert losses[1] == pytest.approx(losses[0] - 0.25 * entropies[0], rel=1e-5)
+
+
+def test_entropy_bonus_alone_raises_the_entropy():
+    cfg = tiny_cfg(loss_fn="grpo", entropy_coef=1.0, learning_rate=5e-2, warmup_steps=0)
+    learner = Learner(cfg, model=tiny_model())
+    flat = [Sample(s.prompt_ids, s.response_ids, 0.0) for s in some_samples()]  # no policy gradient at all
+    first = learner.train_step(flat)["entropy"]
+    for _ in range(4):
+        last = learner.train_step(flat)["entropy"]
+    assert last > first + 1e-3
+
+
+def test_mismatch_rejection_drops_and_counts_sequences():
+    cfg = tiny_cfg(mismatch_reject_ratio=2.0, learning_rate=5e-2, warmup_steps=0)
+    learner = Learner(cfg, model=tiny_model())
+    samples = some_samples()
+    learner.model.eval()
+    with torch.no_grad():
+        batch = collate(samples, list(range(len(samples))), learner.pad_id, learner.device)
+        logp = token_logprobs(response_logits(learner.model, batch), batch.targets)
+    for row, s in enumerate(samples):
+        k = len(s.response_ids)
+        shift = math.log(3.0) if row < 2 else 0.0  # rows 0 and 1: the engine saw every token 3x less likely
+        s.rollout_logprobs = (logp[row, -k:] - shift).tolist()
+    metrics = learner.train_step(samples)
+    assert metrics["mismatch_rejected"] == 2.0
+    # only the rejected ones: the same update as training on rows 2 and 3 with the same normaliser
+    cfg_off = tiny_cfg(learning_rate=5e-2, warmup_steps=0)
+    other = Learner(cfg_off, model=tiny_model())
+    kept = [Sample(s.prompt_ids, s.response_ids, s.advantage if i >= 2 else 0.0) for i, s in enumerate(samples)]
+    other.train_step(kept)
+    for a, b in zip(learner.params, other.params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

@@ -11,6 +11,7 @@ from kforge.learner.losses import (
     aggregate,
     discounted_future_sum,
     kl_estimate,
+    mismatch_rejected,
     reduction_for,
     token_loss,
     truncated_is_weight,
@@ -83,6 +84,37 @@ def test_importance_sampling_loss_is_truncated_reinforce():
     assert out.is_clipped.tolist() == [[True, False, False]]
     out.loss.sum().backward()
     close(logp.grad, [[-4.0, -1.0, -2.0]])  # -min(r, 2) * A * dlogp
+
+
+def test_importance_sampling_survives_an_underflowing_ratio():
+    """r = exp(logp - rollout) = exp(-200) underflows to 0 in fp32; the old form r * (min(r, C) / r) was
+    0/0 = NaN in the loss and its gradient. Now: loss -min(r, C) * A = -0 and gradient -0 * A, both finite."""
+    logp = torch.tensor([[-200.0, 0.0]], requires_grad=True)
+    rollout = torch.zeros(1, 2)
+    out = token_loss("importance_sampling", logp, logp.detach(), rollout, torch.tensor([[1.5]]), **CLIP)
+    assert torch.isfinite(out.loss).all()
+    torch.testing.assert_close(out.loss.detach(), torch.tensor([[0.0, -1.5]]))
+    out.loss.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, -1.5]]))
+
+
+def test_mismatch_rejection_by_geometric_mean_and_token_veto():
+    # per-token log ratios old - rollout (rows: sequences; last column masked out in row 0)
+    old = torch.tensor([[0.5, 0.5, 9.0], [0.1, -0.1, 0.0], [0.0, -10.0, 0.0], [3.0, 3.0, 3.0]])
+    rollout = torch.zeros_like(old)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    has = torch.tensor([[True], [True], [True], [False]])
+    # row 0: mean log ratio 0.5 -> geometric mean e^0.5 = 1.65 > 1.5 (the masked 9.0 does not count)
+    # row 1: mean 0 -> kept; row 2: mean -10/3 -> 1/28 < 1/1.5, and a token at e^-10 < 1e-4 (veto)
+    # row 3: no engine log-probs -> never rejected
+    by_mean = mismatch_rejected(old, rollout, mask, has, max_ratio=1.5, token_veto=None)
+    assert by_mean.tolist() == [True, False, True, False]
+    by_veto = mismatch_rejected(old, rollout, mask, has, max_ratio=None, token_veto=1e-4)
+    assert by_veto.tolist() == [False, False, True, False]
+    off = mismatch_rejected(old, rollout, mask, has, max_ratio=None, token_veto=None)
+    assert not off.any()
+    # a looser bound keeps row 0: e^0.5 = 1.65 < 2
+    assert mismatch_rejected(old, rollout, mask, has, max_ratio=2.0, token_veto=None).tolist() == [False, False, True, False]
 
 
 def test_unknown_loss_is_an_error():

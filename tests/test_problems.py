@@ -205,7 +205,11 @@ def test_kernelbench_folder_source(tmp_path: Path, nested: bool) -> None:
 
 
 def test_kernelbench_source_through_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kforge.problems import kernelbench
+
     monkeypatch.delenv("KERNELBENCH_ROOT", raising=False)
+    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(kernelbench, "package_checkout", lambda: None)
     with pytest.raises(ProblemSourceError, match="KERNELBENCH_ROOT"):
         load_problems("kernelbench")
     root = _checkout(tmp_path / "kb")

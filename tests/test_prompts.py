@@ -187,3 +187,25 @@ def test_context_budget_drops_oldest_attempts_first_and_never_the_problem(tok, p
     tiny = b.build(problem, history, budget_tokens=50)
     assert tiny.dropped_attempts == 5 and tiny.dropped_examples == 1
     assert problem.code.strip() in tiny.text and tiny.prompt_tokens > 50
+
+
+def test_keep_thinking_shows_only_the_latest_attempts_reasoning(tok, problems):
+    history = [
+        Attempt("class ModelNew: pass  # one", "incorrect: 0/5 trials", thinking="first plan: a loop"),
+        Attempt("class ModelNew: pass  # two", "compile_error: line 3", thinking="second plan: tile by 128"),
+    ]
+    kept = PromptBuilder(tok, option="zero_shot", thinking=True, keep_thinking=True)
+    text = user_text(kept, problems[0], history)
+    assert "<think>second plan: tile by 128</think>" in text
+    assert "first plan" not in text  # older attempts keep only code and feedback
+    assert text.index("### Attempt 2") < text.index("second plan") < text.index("# two")
+    dropped = PromptBuilder(tok, option="zero_shot", thinking=True)  # default: Kevin drops it
+    assert "plan" not in user_text(dropped, problems[0], history)
+
+
+def test_compact_prompt_is_short_and_shows_the_answer_shape(tok, problems):
+    compact = PromptBuilder(tok, option="compact").build(problems[0])
+    full = PromptBuilder(tok, option="zero_shot").build(problems[0])
+    assert compact.examples == [] and len(compact.ids) < len(full.ids) - 150  # 375 vs 551 SmolLM2 tokens
+    assert "<KERNEL>\n```python\nimport torch" in compact.text and "class ModelNew(nn.Module)" in compact.text
+    assert problems[0].code.strip()[:80] in compact.text  # the problem is never cut

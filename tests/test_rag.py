@@ -216,18 +216,28 @@ def test_bad_corpus_input_is_one_clear_error(tmp_path):
         load_corpus("no-such-thing")
 
 
-def test_hub_corpus_offline_is_skipped_by_default_and_explicit_ones_fail(monkeypatch):
+def test_a_corpus_that_cannot_be_fetched_fails_the_build_unless_partial_is_allowed(monkeypatch, tmp_path, embedder):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    specs, notes = default_corpora("triton")
-    assert specs == ["builtin"] and "kernelbook" in notes[0]
+    assert default_corpora("triton") == ["builtin", "kernelbook"] and default_corpora("cuda") == ["builtin", "sakana"]
     try:
         import datasets  # noqa: F401
     except ImportError:
-        with pytest.raises(RagError, match="needs the `datasets` package"):
-            load_corpus("kernelbook")
+        expected = "needs the `datasets` package"
     else:  # installed: offline, the load itself must fail with the hub message
-        with pytest.raises(RagError, match="could not load GPUMODE/KernelBook"):
-            load_corpus("kernelbook")
+        expected = "could not load GPUMODE/KernelBook"
+    with pytest.raises(RagError, match=expected):
+        load_corpus("kernelbook")
+    small = write_jsonl(tmp_path / "small.jsonl", corpus_rows()[:2])
+    out = tmp_path / "index"
+    with pytest.raises(RagError) as info:
+        build_index(out, "triton", corpora=[str(small), "kernelbook"], embedder=embedder)
+    assert "corpus kernelbook could not be read" in str(info.value) and "--allow-partial" in str(info.value)
+    assert not out.exists()
+    report = build_index(out, "triton", corpora=[str(small), "kernelbook"], embedder=embedder, allow_partial=True)
+    by_spec = {c.spec: c for c in report.corpora}
+    assert by_spec[str(small)].kept == 2 and by_spec["kernelbook"].kept == 0
+    assert expected in by_spec["kernelbook"].error and report.count == 2
+    assert any("kernelbook left out" in note for note in report.notes)
 
 
 # ---------------------------------------------------------------------------------------------- leak guard
@@ -371,7 +381,18 @@ def test_cli_help_build_query_and_refusals(jsonl_index, tmp_path):
     assert "indexed 2 triton examples" in result.output and "leak guard: off" in result.output
     assert json.loads((out / MANIFEST_FILE).read_text())["count"] == 2
 
+    assert f"corpus {small}: 2 entries indexed" in " ".join(result.output.split())
     result = runner.invoke(app, ["rag", "build", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(out)])
     assert result.exit_code == 2 and "does not exist" in result.output
+    # A requested hub corpus offline: a clear no, or a partial index when asked for one.
+    partial = tmp_path / "partial-index"
+    hub = ["rag", "build", "--corpus", str(small), "--corpus", "kernelbook", "--out", str(partial), "--no-leak-guard"]
+    result = runner.invoke(app, hub, env={"HF_HUB_OFFLINE": "1"})
+    assert result.exit_code == 2 and "corpus kernelbook could not be read" in " ".join(result.output.split())
+    assert not partial.exists()
+    result = runner.invoke(app, [*hub, "--allow-partial"], env={"HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "corpus kernelbook: not indexed" in flat and f"corpus {small}: 2 entries indexed" in flat
     result = runner.invoke(app, ["rag", "build", "--backend", "rocm", "--out", str(out)])
     assert result.exit_code == 2 and "rocm" in result.output

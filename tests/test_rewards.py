@@ -9,7 +9,8 @@ import pytest
 from kforge.config.loader import resolve
 from kforge.config.schema import RewardConfig
 from kforge.evaluator.verdict import Status, Verdict
-from kforge.learner.rewards import COMPONENTS, SPEED_FLOOR, score_turn
+from kforge.config.loader import preset_names
+from kforge.credit.rewards import COMPONENTS, SPEED_FLOOR, RewardOrderError, order_margin, score_turn
 from kforge.policy.records import Candidate, Turn
 
 
@@ -23,12 +24,13 @@ def make_turn(
     meaningful: bool = True,
     thinking: str | None = None,
     response_tokens: int = 10,
+    coverage: float | None = None,
 ) -> Turn:
     verdict = None
     if status is not None:
         verdict = Verdict(
             status=status, trials_passed=trials_passed, trials=trials, speedup=speedup,
-            flags=list(flags or []), timing_meaningful=meaningful,
+            flags=list(flags or []), timing_meaningful=meaningful, coverage=coverage,
         )
     return Turn(
         index=0, prompt_ids=[1, 2], response_ids=list(range(response_tokens)), response_text="",
@@ -38,7 +40,8 @@ def make_turn(
 
 
 def weights_only(**kw: float) -> RewardConfig:
-    base = dict(format_weight=0.0, compile_weight=0.0, correctness_weight=0.0, speed_weight=0.0,
+    """Only the given weights, plus correctness 1 (without it no correct kernel could outrank others)."""
+    base = dict(format_weight=0.0, compile_weight=0.0, correctness_weight=1.0, speed_weight=0.0,
                 length_weight=0.0, thinking_weight=0.0)
     base.update(kw)
     return RewardConfig(**base)
@@ -50,7 +53,7 @@ def test_components_are_all_returned_and_sum_to_the_score():
     assert score == pytest.approx(sum(parts.values()))
     # defaults: format 0.1 + compile 0.1 + correctness 1.0 + speed 1.0 * min(2 - 1, 3)
     assert parts == pytest.approx({"format": 0.1, "compile": 0.1, "correctness": 1.0, "speed": 1.0,
-                                   "length": 0.0, "thinking": 0.0})
+                                   "length": 0.0, "thinking": 0.0, "penalty": 0.0})
     assert score == pytest.approx(2.2)
 
 
@@ -78,9 +81,9 @@ def test_runtime_error_counts_as_compiled():
 def test_correctness_partial_credit():
     turn = make_turn(status=Status.INCORRECT, trials_passed=3, trials=5, speedup=4.0)
     score, parts = score_turn(turn, weights_only(correctness_weight=2.0, speed_weight=1.0), thinking=False)
-    assert parts["correctness"] == pytest.approx(2.0 * 3 / 5)
+    assert parts["correctness"] == pytest.approx(2.0 * 0.25 * 3 / 5)  # default partial_credit 0.25
     assert parts["speed"] == 0.0  # speed is for correct kernels only
-    assert score == pytest.approx(1.2)
+    assert score == pytest.approx(0.3)
 
 
 def test_speed_reward_fires_for_a_fast_correct_kernel():
@@ -126,12 +129,77 @@ def test_kevin_preset_means_point_three_correct_plus_speedup():
     assert parts["speed"] == pytest.approx(1.0 + cfg.speed_cap)
 
 
-def test_flagged_kernel_gets_no_correctness_or_speed():
+def test_flagged_kernel_gets_only_the_penalty():
     turn = make_turn(speedup=3.0, flags=["calls_reference_op"])
     score, parts = score_turn(turn, RewardConfig(), thinking=False)
     assert parts["correctness"] == 0.0 and parts["speed"] == 0.0
-    assert parts["format"] == pytest.approx(0.1) and parts["compile"] == pytest.approx(0.1)
-    assert score == pytest.approx(0.2)
+    assert parts["format"] == 0.0 and parts["compile"] == 0.0  # no format/compile reward for a hack
+    assert parts["penalty"] == pytest.approx(-1.0) and score == pytest.approx(-1.0)
+    # the penalty is configurable; a static-check failure with flags is a hack too
+    static = make_turn(status=Status.STATIC_CHECK_FAILED, trials_passed=0, trials=0, flags=["pytorch_op:relu"])
+    assert score_turn(static, RewardConfig(flagged_penalty=-0.5), thinking=False)[0] == pytest.approx(-0.5)
+    assert score_turn(static, RewardConfig(flagged_penalty=0.0), thinking=False)[0] == 0.0
+
+
+def test_partial_credit_no_longer_outranks_a_slow_correct_kernel():
+    """The old bug: capped form, 3/5 trials passed scored 0.1 + 0.1 + 0.6 = 0.8 against a correct 0.5x
+    kernel at 0.1 + 0.1 + 1.0 - 0.5 = 0.7. Now the incorrect one scores 0.1 + 0.1 + 0.25 * 0.6 = 0.35."""
+    cfg = RewardConfig()
+    wrong, _ = score_turn(make_turn(status=Status.INCORRECT, trials_passed=3, trials=5), cfg, thinking=False)
+    slow, _ = score_turn(make_turn(speedup=0.5), cfg, thinking=False)
+    assert wrong == pytest.approx(0.35) and slow == pytest.approx(0.7)
+    assert slow > wrong
+    # margin = worst correct (0.1 + 0.1 + 1 - 0.5 = 0.7) - best incorrect (0.1 + 0.1 + 0.25 = 0.45)
+    assert order_margin(cfg, thinking=False) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_ranks_any_correct_kernel_above_any_incorrect_one(name):
+    resolved = resolve(name).config
+    cfg, thinking = resolved.reward, resolved.episode.thinking
+    assert order_margin(cfg, thinking) > 0
+    worst_correct = min(
+        score_turn(make_turn(speedup=s, response_tokens=n, meaningful=m, coverage=c), cfg, thinking)[0]
+        for s in (0.01, 0.5, 1.0, 1.19, 1.2, 50.0) for n in (10, 10**6) for m in (True, False) for c in (None, 0.0)
+    )
+    best_incorrect = max(
+        score_turn(make_turn(status=st, trials_passed=p, trials=5, response_tokens=10, thinking="t"), cfg, thinking)[0]
+        for st in (Status.INCORRECT, Status.RUNTIME_ERROR, Status.COMPILE_ERROR) for p in (0, 4)
+    )
+    flagged = score_turn(make_turn(speedup=5.0, flags=["returns_input"]), cfg, thinking)[0]
+    assert worst_correct > best_incorrect and worst_correct > flagged
+
+
+def test_weights_that_break_the_order_are_refused():
+    # correctness 1, partial credit 0.9, capped speed penalty up to 0.5: 1 - 0.5 < 0.9
+    cfg = weights_only(correctness_weight=1.0, speed_weight=1.0, partial_credit=0.9)
+    assert order_margin(cfg, thinking=False) == pytest.approx(-0.4)
+    with pytest.raises(RewardOrderError, match="partial_credit"):
+        score_turn(make_turn(), cfg, thinking=False)
+
+
+@pytest.mark.parametrize("speedup, expected", [(1.19, 0.0), (1.2, 1.0), (3.0, 1.0), (0.5, 0.0)])
+def test_threshold_speed_is_fast_at_p(speedup, expected):
+    cfg = weights_only(correctness_weight=1.0, speed_weight=1.0, speed_form="threshold", speed_threshold=1.2)
+    assert score_turn(make_turn(speedup=speedup), cfg, thinking=False)[1]["speed"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "speedup, coverage, expected",
+    [
+        (3.0, 0.25, 2.0 * 0.25),  # capped: speedup - 1 = 2, a quarter of the time in its own kernels
+        (3.0, 1.0, 2.0),
+        (3.0, None, 2.0),  # not measured (CPU, or no profile): unscaled
+        (3.0, 1.7, 2.0),  # clipped to 1
+        (0.6, 0.1, -0.4),  # a slowdown penalty is never softened by low coverage
+    ],
+)
+def test_coverage_scales_positive_speed_reward(speedup, coverage, expected):
+    cfg = weights_only(correctness_weight=1.0, speed_weight=1.0, coverage_scaled_speed=True)
+    _, parts = score_turn(make_turn(speedup=speedup, coverage=coverage), cfg, thinking=False)
+    assert parts["speed"] == pytest.approx(expected)
+    plain = weights_only(correctness_weight=1.0, speed_weight=1.0)
+    assert score_turn(make_turn(speedup=3.0, coverage=0.25), plain, thinking=False)[1]["speed"] == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("speedup, meaningful", [(None, True), (2.0, False), (float("nan"), True), (0.0, True)])

@@ -10,7 +10,8 @@ import functools
 import pytest
 import torch
 
-from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams, choose_backend, vllm_available
+from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
+from kforge.rollout.factory import choose_backend, vllm_available
 from kforge.rollout.logprobs import process_logits, sampled_logprobs
 
 QUESTIONS = [
@@ -142,6 +143,24 @@ def test_greedy_is_deterministic_and_stop_strings_end_the_text(smollm, backend, 
     assert stop not in tok.decode(stopped.token_ids[:-1])
     assert stopped.token_ids == first.token_ids[: len(stopped.token_ids)]
     assert len(stopped.token_ids) < len(first.token_ids)
+
+
+@pytest.mark.slow
+def test_a_seeded_request_samples_the_same_tokens_whatever_its_batch(smollm, prompts):
+    """Without a turn barrier, which requests share a batch depends on when verdicts come back; a request's
+    own seed decides its tokens (each row samples from its own generator), so the batch does not."""
+    from kforge.rollout.hf import HFBackend
+
+    model, _ = smollm
+    wide = HFBackend.from_model(model, smollm[1], batch_size=3)
+    params = lambda seed: SamplingParams(max_tokens=8, temperature=1.0, seed=seed)  # noqa: E731
+    alone = wide.generate([GenerationRequest(prompts[1], params(11))])[0]
+    together = wide.generate([GenerationRequest(prompts[0], params(5)), GenerationRequest(prompts[1], params(11)),
+                              GenerationRequest(prompts[2], params(6))])
+    assert together[1].token_ids == alone.token_ids
+    assert torch.allclose(torch.tensor(together[1].logprobs), torch.tensor(alone.logprobs), atol=1e-4)
+    others = wide.generate([GenerationRequest(prompts[1], params(seed)) for seed in (12, 13, 14)])
+    assert any(o.token_ids != alone.token_ids for o in others)  # the seed, not the prompt alone, decides
 
 
 @pytest.mark.slow

@@ -2,19 +2,22 @@
 real engine.
 
 This machine has no GPU and no vLLM, so the protocol tests run the real worker process (spawn, the
-environment it starts with, the pipe, error and crash handling, adapter ids, prefix-cache resets) with
-`RecordingEngine` standing in for `vllm.LLM` inside it: the one piece this machine lacks.
+environment it starts with, the pipe, concurrent requests, error and crash handling, adapter ids,
+prefix-cache resets) with `RecordingEngine` standing in for vLLM's async engine inside it: the one piece
+this machine lacks.
 The engine tests at the end are skipped unless vLLM imports and CUDA is available.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
 import pytest
 
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
-from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of, visible_devices_for
+from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of
 
 ENGINE = "test_rollout_vllm:RecordingEngine"
 
@@ -33,19 +36,20 @@ class RecordingEngine:
         self.asleep = False
         self.events: list[str] = []
 
-    def generate(self, requests, lora):
+    async def generate(self, request, lora):
         if self.asleep:
             raise RuntimeError("generate while asleep")
-        out = []
-        for r in requests:
-            if r["prompt_ids"] == [666]:
-                os._exit(3)  # a hard crash of the worker
-            n = min(r["sampling"]["max_tokens"], len(r["prompt_ids"]))
-            ids = list(reversed(r["prompt_ids"]))[:n]
-            tag = "base" if lora is None else f"lora{lora[1]}"
-            out.append({"token_ids": ids, "text": f"{tag}:{ids}", "logprobs": [-0.25] * n,
-                        "finish_reason": "length" if n == r["sampling"]["max_tokens"] else "stop"})
-        return out
+        r = request
+        if r["prompt_ids"] == [666]:
+            os._exit(3)  # a hard crash of the worker
+        if r["prompt_ids"][0] == 500:  # a slow request: others must not wait for it
+            await asyncio.sleep(0.5)
+        self.events.append(f"gen{r['prompt_ids'][0]}")
+        n = min(r["sampling"]["max_tokens"], len(r["prompt_ids"]))
+        ids = list(reversed(r["prompt_ids"]))[:n]
+        tag = "base" if lora is None else f"lora{lora[1]}"
+        return {"token_ids": ids, "text": f"{tag}:{ids}", "logprobs": [-0.25] * n,
+                "finish_reason": "length" if n == r["sampling"]["max_tokens"] else "stop"}
 
     def load_lora(self, lora):
         self.loaded.append(tuple(lora))
@@ -85,12 +89,23 @@ def req(ids, max_tokens=3, **kw):
     return GenerationRequest(ids, SamplingParams(max_tokens=max_tokens, **kw))
 
 
-def test_visible_devices_mapping():
-    assert visible_devices_for([1, 2], "4,5,6") == "5,6"
-    assert visible_devices_for([0], None) == "0"
-    assert visible_devices_for(None, "3") == "3"
-    with pytest.raises(BackendError, match="not all visible"):
-        visible_devices_for([3], "0,1")
+def fake_machine(monkeypatch, n=7):
+    """kforge.gpus answers as on a machine with n GPUs (the one mapping every worker uses)."""
+    import kforge.gpus as gpus
+
+    listing = tuple(gpus.Gpu(str(i), f"GPU-{i}abc", "H100", 80000, 0, "580") for i in range(n))
+    monkeypatch.setattr(gpus, "_machine_gpus", lambda: listing)
+
+
+def test_visible_devices_mapping(monkeypatch):
+    from kforge.rollout.vllm_worker import child_env
+
+    fake_machine(monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert child_env([1, 2])["CUDA_VISIBLE_DEVICES"] == "5,6"
+    assert "CUDA_VISIBLE_DEVICES" not in child_env(None)  # the child inherits the parent's view
+    with pytest.raises(BackendError, match="GPU 3 does not exist"):
+        child_env([3])
 
 
 def test_lora_rank_rounds_up_to_an_allowed_rank():
@@ -115,12 +130,28 @@ def test_generate_round_trip_keeps_request_order(worker):
     assert [o.token_ids for o in outs] == [[4, 3, 2], [8, 9], [7]]
     assert [o.finish_reason for o in outs] == ["length", "stop", "stop"]
     assert outs[0].text == "base:[4, 3, 2]" and outs[0].logprobs == [-0.25] * 3
+    assert all(o.policy_version == 0 for o in outs)
     state = worker._call("state")
     assert state["kwargs"] == {"model": "scratch", "seed": 5}
     assert worker.generate([]) == []
 
 
+def test_requests_are_taken_one_by_one_not_as_a_batch(worker):
+    """A slow request does not hold back the others: each is its own call into the async engine."""
+    done: list[int] = []
+
+    async def main():
+        return await worker.agenerate([req([500, 1]), req([2, 3]), req([4, 5])], lambda i, c: done.append(i))
+
+    t0 = time.perf_counter()
+    outs = asyncio.run(main())
+    assert done[-1] == 0 and sorted(done) == [0, 1, 2]  # the slow one finished last
+    assert [o.token_ids for o in outs] == [[1, 500], [3, 2], [5, 4]]  # results still in request order
+    assert time.perf_counter() - t0 < 3.0
+
+
 def test_worker_environment_is_set_before_it_starts(monkeypatch):
+    fake_machine(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     backend = VLLMBackend(_Tok(), {}, devices=[2], engine=ENGINE, startup_timeout_s=120)
     try:
@@ -129,7 +160,7 @@ def test_worker_environment_is_set_before_it_starts(monkeypatch):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5,6"  # the parent's own view is untouched
     finally:
         backend.close()
-    assert not backend._proc.is_alive()
+    assert not backend._proc.alive()
 
 
 def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_path):
@@ -145,7 +176,8 @@ def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_
     ids = [lora[1] for lora in state["loaded"]]
     assert ids == [1, 2, 3] and len(set(ids)) == 3
     assert first == "lora1:[2, 1]" and last == "lora3:[2, 1]" and worker.version == 2
-    assert state["events"] == ["load1", "reset", "load2", "reset", "remove1", "load3", "reset", "remove2"]
+    events = [e for e in state["events"] if not e.startswith("gen")]
+    assert events == ["load1", "reset", "load2", "reset", "remove1", "load3", "reset", "remove2"]
     with pytest.raises(BackendError, match="adapter_config.json"):
         worker.load_adapter(str(tmp_path), 4)
 
@@ -198,7 +230,7 @@ def test_real_vllm_generates_with_logprobs(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from kforge.rollout.logprobs import sampled_logprobs
-    from kforge.rollout.scratch_model import write_model_folder
+    from scratch_model import write_model_folder
 
     folder = write_model_folder(tmp_path / "model", hidden=256, layers=2, heads=4, kv_heads=4, intermediate=512,
                                 vocab_size=4000, real_weights=True, dtype="float32")

@@ -110,13 +110,13 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(reference_run, tmp_
         "from kforge.config.schema import KforgeConfig\n"
         "from kforge.learner.learner import Learner\n"
         "from kforge.runs.folder import RunFolder\n"
-        "from kforge.train.loop import Trainer, Components\n"
+        "from kforge.train.trainer import Trainer, Parts\n"
         "from kforge.train.placement import Plan\n"
         "from kforge.problems import builtin_problems\n"
         "run = RunFolder(Path(sys.argv[1]))\n"
         "cfg = KforgeConfig.model_validate(yaml.safe_load(run.config_path.read_text()))\n"
         "learner = Learner(cfg, device='cpu')\n"
-        "t = Trainer(cfg, run, Plan([]), builtin_problems()[:4], [], Components(learner, None, None, None, True))\n"
+        "t = Trainer(cfg, run, Plan([]), builtin_problems()[:4], [], Parts(learner, None, None, None, True))\n"
         "print('ready', flush=True)\n"
         "while True:\n"
         "    t.step += 1\n"
@@ -153,14 +153,14 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     import asyncio
 
     from kforge.config.loader import resolve, to_yaml
+    from kforge.eval.runner import build_runner
     from kforge.evaluator import EvalPool
     from kforge.learner.learner import Learner
-    from kforge.policy.prompts import PromptBuilder
     from kforge.problems import builtin_problems
     from kforge.rollout.base import BackendError
     from kforge.rollout.hf import HFBackend
-    from kforge.train.loop import Components, Trainer
     from kforge.train.placement import Plan
+    from kforge.train.trainer import Parts, Trainer
 
     cfg = resolve("tiny", overrides=["rollout.max_tokens=8", "dataset.group_size=1", "episode.max_turns=1"]).config
     learner = Learner(cfg, device="cpu")
@@ -168,6 +168,7 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
 
     class DeadWorker:
         tokenizer = learner.tokenizer
+        concurrent = False
         closed = False
 
         async def agenerate(self, requests, on_completion=None):
@@ -178,13 +179,13 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
 
     problems = builtin_problems()[:2]
     with EvalPool(cfg.evaluator) as pool:
-        comps = Components(learner, DeadWorker(), pool, PromptBuilder.from_config(cfg, learner.tokenizer), False)
+        parts = Parts(learner, DeadWorker(), pool, build_runner(cfg, DeadWorker(), pool), shares_model=False)
         run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
-        trainer = Trainer(cfg, run, Plan([]), problems, [], comps)
+        trainer = Trainer(cfg, run, Plan([]), problems, [], parts)
         with pytest.raises(BackendError):  # without a way to restart, the failure is not hidden
-            asyncio.run(trainer._rollouts_with_restart(problems[:1], 1, 0))
-        trainer.restart_backend = lambda: fresh
-        trajectories = asyncio.run(trainer._rollouts_with_restart(problems[:1], 1, 0))
-    assert DeadWorker.closed and trainer.restarts == 1 and comps.backend is fresh
-    assert len(trajectories) == 1 and trajectories[0].turns[0].response_ids
+            asyncio.run(trainer._rollouts(1, problems[:1]))
+        parts.restart_backend = lambda: fresh
+        rollouts = asyncio.run(trainer._rollouts(1, problems[:1]))
+    assert DeadWorker.closed and trainer.restarts == 1 and parts.backend is fresh and parts.runner.backend is fresh
+    assert len(rollouts.trajectories) == 1 and rollouts.trajectories[0].turns[0].response_ids
     assert list((run.path / "adapters").glob("v*/adapter_config.json"))  # the new worker got the adapter

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -17,14 +18,16 @@ from kforge.ui.console import console, fail
 
 
 def _explain_table() -> Table:
-    from kforge.evaluator import sandbox
+    from kforge.evaluator import layers
 
-    table = Table(title="Sandbox of a candidate child on this machine", show_lines=False)
+    table = Table(title="Between a candidate and its reward, on this machine", show_lines=False)
+    table.add_column("layer")
     table.add_column("protection")
     table.add_column("active")
     table.add_column("detail")
-    for name, active, detail in sandbox.explain():
-        table.add_row(name, "[green]yes[/]" if active else "[red]no[/]", detail)
+    for name, active, detail in layers.explain():
+        layer, _, rest = name.partition("] ") if name.startswith("[") else ("[kernel", "", name)
+        table.add_row(layer.lstrip("["), escape(rest), "[green]yes[/]" if active else "[red]no[/]", escape(detail))
     return table
 
 
@@ -89,9 +92,9 @@ def check(
     """Evaluate one kernel file against one problem and print the verdict."""
     if explain_sandbox:
         if as_json:
-            from kforge.evaluator import sandbox
+            from kforge.evaluator import layers
 
-            print(json.dumps([{"protection": n, "active": a, "detail": d} for n, a, d in sandbox.explain()]))
+            print(json.dumps([{"protection": n, "active": a, "detail": d} for n, a, d in layers.explain()]))
         else:
             console.print(_explain_table())
         if candidate is None:

@@ -1,14 +1,19 @@
-"""`kforge problems ls|show`: the problems a source provides, and one problem's code."""
+"""`kforge problems ls|show|fetch|baseline`: the problems a source provides, getting KernelBench once, and
+timing every reference on this GPU into a KernelBench-format baseline file."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from kforge.cli.common import OverridesArg, load_config
 from kforge.problems import ProblemSourceError, find_problem, load_problems
 from kforge.problems.record import Problem
 from kforge.ui.console import console, fail
@@ -19,7 +24,8 @@ SourceOpt = typer.Option(
     "builtin",
     "--source",
     "-s",
-    help="builtin | kernelbench (KERNELBENCH_ROOT) | hf | a .jsonl file | a KernelBench folder",
+    help="builtin | kernelbench (KERNELBENCH_ROOT, an installed kernelbench package, or the fetched cache) | hf | "
+    "a .jsonl file | a KernelBench folder",
 )
 
 
@@ -30,14 +36,38 @@ def _load(source: str, levels: list[int] | None) -> list[Problem]:
         raise fail(str(exc)) from None
 
 
+def _where(source: str) -> str:
+    """"kernelbench: cache /root/.cache/kforge/kernelbench @ 423217d..." for the header of a listing."""
+    from kforge.problems.kernelbench import describe_source
+
+    try:
+        return describe_source(source).describe()
+    except ProblemSourceError:
+        return "location unknown"
+
+
+def _hub_notes(problems: list[Problem]) -> dict[str, str]:
+    """problem key -> what it needs from the hub, and whether that blocks it on this machine."""
+    from kforge.problems.hub import hub_blocker
+
+    notes = {}
+    for p in problems:
+        if p.hub_models:
+            blocked = hub_blocker(p)
+            notes[p.key] = f"needs hub: {', '.join(p.hub_models)}" + (" (cannot run here: offline)" if blocked else "")
+    return notes
+
+
 @app.command("ls")
 def ls(
     level: Optional[list[int]] = typer.Option(None, "--level", "-l", help="only this level (repeat for several)"),
     source: str = SourceOpt,
     as_json: bool = typer.Option(False, "--json", help="one JSON list on stdout instead of a table"),
 ) -> None:
-    """List the problems of a source: key, name, level, lines of code, and whether a reference solution exists."""
+    """List the problems of a source (key, name, level, lines, solution, hub needs) and where they came from."""
     problems = _load(source, level)
+    where = _where(source)
+    hub = _hub_notes(problems)
     if as_json:
         rows = [
             {
@@ -48,12 +78,16 @@ def ls(
                 "lines": _lines(p.code),
                 "has_solution": p.solution is not None,
                 "source": p.source,
+                "location": where,
+                "needs_hub": list(p.hub_models),
+                "note": hub.get(p.key, ""),
             }
             for p in problems
         ]
         # Plain print: meant for pipes and files, so no Rich markup or wrapping.
         print(json.dumps(rows, indent=2))
         return
+    console.print(escape(f"source {source}: {where}"), highlight=False, soft_wrap=True)
     if not problems:
         levels = ", ".join(map(str, level or []))
         console.print(f"no problems in source {source!r}" + (f" at level {levels}" if levels else ""))
@@ -64,9 +98,18 @@ def ls(
     table.add_column("level", justify="right")
     table.add_column("lines", justify="right")
     table.add_column("solution", justify="center")
+    if hub:
+        table.add_column("note", style="yellow")
     for p in problems:
-        table.add_row(p.key, p.name, str(p.level), str(_lines(p.code)), "yes" if p.solution else "-")
+        cells = [p.key, p.name, str(p.level), str(_lines(p.code)), "yes" if p.solution else "-"]
+        table.add_row(*cells, *([hub.get(p.key, "")] if hub else []))
     console.print(table)
+    if hub:
+        console.print(
+            f"{len(hub)} problems download models from the Hugging Face hub when they run (KernelBench level 4); "
+            "offline they get a `needs the hub` verdict instead of running",
+            highlight=False,
+        )
 
 
 @app.command("show")
@@ -96,6 +139,122 @@ def show(
     else:
         # Piped: the bare source, so `kforge problems show 1/3 > problem.py` gives a runnable file.
         console.out(code.rstrip("\n"), highlight=False)
+
+
+@app.command("fetch")
+def fetch(
+    what: str = typer.Argument(..., help="what to fetch: kernelbench"),
+    via: str = typer.Option("auto", "--via", help="hf (the dataset; needs `datasets`) | git | auto (hf if installed)"),
+    origin: Optional[str] = typer.Option(
+        None, "--from", help="dataset name for hf, or a git URL or local repository for git (default: upstream)"
+    ),
+    revision: Optional[str] = typer.Option(None, "--revision", help="a commit, tag or branch (default: the newest)"),
+) -> None:
+    """Download KernelBench once into kforge's cache, recording the revision; `source=kernelbench` uses it."""
+    from kforge.problems.kernelbench import cache_dir
+    from kforge.problems.kernelbench import fetch as fetch_kernelbench
+
+    if what.strip().lower() != "kernelbench":
+        raise fail(f"cannot fetch {what!r}: the only fetchable problem set is kernelbench")
+    try:
+        record = fetch_kernelbench(via, origin, revision, say=lambda msg: console.print(escape(msg), highlight=False))
+    except ProblemSourceError as exc:
+        raise fail(str(exc)) from None
+    counts = ", ".join(f"{name} {n}" for name, n in record.counts.items())
+    console.print(
+        escape(f"fetched KernelBench via {record.via} from {record.origin} @ {record.revision or 'unknown revision'}: "
+               f"{counts} -> {cache_dir()}"),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("baseline")
+def baseline(
+    level: list[int] = typer.Option(..., "--level", "-l", help="level to time (repeat for several)"),
+    compile_: bool = typer.Option(False, "--compile", help="time torch.compile (inductor, default mode) instead of eager"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="baseline JSON to write or extend (default: baselines/<GPU>/<KernelBench file name>)"
+    ),
+    source: str = typer.Option("kernelbench", "--source", "-s", help="problem source (as for `problems ls`)"),
+    gpu: int = typer.Option(0, "--gpu", min=0, help="logical index of the GPU to time on"),
+    overrides: Optional[list[str]] = OverridesArg,
+) -> None:
+    """Time every problem's reference on this GPU and write a KernelBench-format baseline JSON."""
+    from kforge.gpus import visible_ids
+    from kforge.problems import baseline as baseline_file
+    from kforge.problems.hub import split_runnable
+
+    mode = "compile" if compile_ else "eager"
+    problems = _load(source, level)
+    gpus = visible_ids()
+    if not gpus:
+        raise fail(
+            "timing needs a GPU: this machine shows no NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES); "
+            "run `kforge problems baseline` on the GPU the evaluations will use"
+        )
+    if gpu >= len(gpus):
+        raise fail(f"--gpu {gpu} does not exist: {len(gpus)} GPU(s) visible (0..{len(gpus) - 1})")
+    if not problems:
+        raise fail(f"no problems in source {source!r} at level {', '.join(map(str, level))}")
+    cfg = load_config(None, None, overrides).config
+    runnable, blocked = split_runnable(problems)
+    for _, why in blocked:
+        console.print(escape(f"skipped: {why}"), highlight=False, soft_wrap=True)
+
+    from kforge.evaluator import EvalPool
+
+    with EvalPool(cfg.evaluator, devices=[gpu]) as pool:
+        hardware, device = pool.gpu_names[0], f"cuda:{gpu}"
+        path = out or Path("baselines") / _safe(hardware) / baseline_file.default_filename(mode)
+        try:
+            doc = baseline_file.load(path)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        console.print(escape(f"timing {len(runnable)} references ({mode}) on {hardware} -> {path}"), highlight=False)
+        failed = _time_all(pool, runnable, mode, doc, path, hardware, device)
+    timed = len(runnable) - len(failed)
+    console.print(escape(f"wrote {path}: {timed} problems timed, {len(failed)} failed, {len(blocked)} skipped"),
+                  highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _time_all(pool, problems: list[Problem], mode: str, doc: dict, path: Path, hardware: str, device: str) -> list[str]:
+    """Time each reference, writing the file after every problem so an interruption keeps what finished."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kforge.problems import baseline as baseline_file
+
+    failed: list[str] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task("timing", total=len(problems))
+        for done, problem in enumerate(problems, 1):
+            progress.update(task, description=f"timing {problem.key} {problem.name}")
+            try:
+                timings = pool.time_reference(problem, (mode,)).get(mode)
+                if timings is None:
+                    raise RuntimeError(f"no {mode} timings came back")
+            except RuntimeError as exc:
+                # One reference that fails (out of memory, a crash) must not cost the others their timings.
+                failed.append(problem.key)
+                # The pool's message may carry the child's traceback: its last line says what went wrong.
+                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+                why = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+                progress.console.print(escape(f"{problem.key} {problem.name}: {why}"), highlight=False)
+            else:
+                baseline_file.add(doc, problem, timings, hardware, device)
+                baseline_file.write(path, doc)
+                if not console.is_terminal:
+                    print(f"{done}/{len(problems)} {problem.key} {problem.name}: {timings.mean_ms:.3g} ms", flush=True)
+            progress.advance(task)
+    return failed
+
+
+def _safe(name: str) -> str:
+    """A GPU name as a folder name: "NVIDIA H100 80GB HBM3" -> "NVIDIA_H100_80GB_HBM3"."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "gpu"
 
 
 def _lines(code: str) -> int:

@@ -36,7 +36,7 @@ CORPUS_HELP = (
     "corpus to index (repeat for several): builtin (the built-in suite's solutions, offline), kernelbook "
     "(GPUMODE/KernelBook, Triton), sakana (SakanaAI/AI-CUDA-Engineer-Archive, CUDA), hf:<owner/name>, or a "
     ".jsonl/.parquet file whose rows hold name, pytorch_code, kernel_code and optionally backend, source, "
-    "problem_key. Default: builtin, plus the backend's hub corpus when `datasets` is installed and online"
+    "problem_key. Default: builtin plus the backend's hub corpus (kernelbook for triton, sakana for cuda)"
 )
 
 
@@ -48,8 +48,9 @@ BUILD_HELP = (
     "Embed a kernel corpus into a FAISS index for RA-ICL prompts.\n\n"
     "Reads the corpora, keeps the --backend kernels, drops duplicates (comments and whitespace ignored) and "
     "leaks of protected problems, embeds the PyTorch modules, and writes index.faiss, entries.jsonl and "
-    "manifest.json into --out. With no --corpus and no network it indexes the built-in suite, so it works "
-    "offline.\n\n"
+    "manifest.json into --out. It says how many entries each corpus gave. A requested corpus that cannot be "
+    "read (no network, no `datasets` package) stops the build unless --allow-partial is given; offline, "
+    "`--corpus builtin` indexes the built-in suite alone.\n\n"
     "Example: kforge rag build --backend triton --corpus kernelbook --corpus my_pairs.jsonl"
 )
 QUERY_HELP = (
@@ -92,6 +93,9 @@ def build(
         0.95, "--leak-threshold", min=0.01, max=1.0, help="PyTorch-code token Jaccard similarity that counts as a leak"
     ),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="texts per embedding batch"),
+    allow_partial: bool = typer.Option(
+        False, "--allow-partial", help="build from the corpora that could be read when a requested one cannot"
+    ),
     preset: Optional[str] = PresetOpt,
     config: Optional[Path] = ConfigOpt,
     overrides: Optional[list[str]] = OverridesArg,
@@ -118,6 +122,7 @@ def build(
                 leak_threshold=leak_threshold,
                 progress=progress,
                 stage=stage,
+                allow_partial=allow_partial,
             )
         )
     except RagError as exc:
@@ -187,9 +192,15 @@ def _print_report(report: "BuildReport") -> None:
     for column in ("corpus", "rows", "usable", "indexed", "skipped"):
         table.add_column(column, justify="left" if column in ("corpus", "skipped") else "right")
     for c in report.corpora:
+        if c.error is not None:
+            table.add_row(c.spec, "-", "-", "0", "[red]could not be read (left out)[/]")
+            continue
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(c.skipped.items())) or "-"
         table.add_row(c.spec, str(c.rows), str(c.entries), str(c.kept), skipped)
     console.print(table)
+    for c in report.corpora:
+        line = f"corpus {c.spec}: " + (f"not indexed ({c.error})" if c.error is not None else f"{c.kept} entries indexed")
+        console.print(escape(line), highlight=False, soft_wrap=True)
     d = report.dropped
     console.print(
         f"indexed {report.count} {report.backend} examples; dropped {d['duplicates']} duplicates, "

@@ -60,12 +60,19 @@ def show(
     runs_dir: str = RunsDirOpt,
     plot: bool = typer.Option(False, "--plot", help="write PNG plots of reward, correctness and speedup"),
     as_json: bool = typer.Option(False, "--json"),
+    step: Optional[int] = typer.Option(None, "--step", help="print that step's trajectories (its transcript)"),
+    problem: Optional[str] = typer.Option(None, "--problem", help="with --step: only this problem (e.g. 1/19)"),
 ) -> None:
-    """One run in detail: status, config origin, latest metrics, checkpoints."""
+    """One run in detail: status, config origin, latest metrics, checkpoints; with --step, a transcript."""
     try:
         run = find_run(name, runs_dir)
     except FileNotFoundError as exc:
         raise fail(str(exc)) from None
+    if step is not None:
+        _show_transcript(run, step, problem, as_json)
+        return
+    if problem is not None:
+        raise fail("--problem needs --step N (the transcript of one step)")
     summary = run.summary()
     metrics = run.metrics()
     last = metrics[-1] if metrics else {}
@@ -87,6 +94,37 @@ def show(
         paths = write_plots(run)
         for p in paths:
             console.print(f"wrote {p}")
+
+
+def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> None:
+    """Prompts are shown by reference (hash, length); responses, verdicts, scores and advantages in full."""
+    from kforge.runs.transcripts import read_transcript
+
+    path = run.samples_path(step)
+    if not path.exists():
+        have = sorted(int(p.stem.split("_")[1]) for p in path.parent.glob("step_*.jsonl")) if path.parent.is_dir() else []
+        raise fail(f"no transcript for step {step} in {run.name}" + (f"; steps with one: {have[0]}..{have[-1]}"
+                                                                     if have else " (log.samples_max_mb=0?)"))
+    records = read_transcript(path, problem)
+    if problem is not None and not any("problem" in r for r in records):
+        raise fail(f"step {step} of {run.name} has no trajectory of problem {problem!r}")
+    if as_json:
+        print(json.dumps(records, indent=1))
+        return
+    for rec in records:
+        if "truncated" in rec:
+            console.print(f"[yellow]... {rec['truncated']} more trajectories not written: {rec['reason']}[/]")
+            continue
+        console.rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
+        for t in rec["turns"]:
+            verdict = t["status"] + (f" x{t['speedup']:.2f}" if t.get("speedup") else "") + (
+                f" flags {','.join(t['flags'])}" if t.get("flags") else "")
+            console.print(f"[cyan]turn {t['turn']}[/] (policy v{t['policy_version']}, prompt {t['prompt_tokens']} "
+                          f"tokens #{t['prompt_sha']}) verdict [bold]{verdict}[/] score {t['score']:.3f} "
+                          f"return {t['return']:.3f} advantage {t['advantage']:+.3f}", highlight=False)
+            console.print(t["response"], markup=False, highlight=False)
+            if t.get("feedback"):
+                console.print(f"[dim]feedback: {t['feedback'].strip()}[/]", highlight=False)
 
 
 def _find(name: str, runs_dir: str):

@@ -29,7 +29,7 @@ def train(
     plain: bool = typer.Option(False, "--plain", help="plain status lines even on a terminal"),
 ) -> None:
     """GRPO/LoRA training: rollouts, sandboxed evaluation, learner updates, live dashboard, run folder."""
-    from kforge.train.placement import PlacementError, parse_gpus_option, plan_placement, visible_gpus
+    from kforge.train.placement import PlacementError, parse_gpus_option, plan_placement
 
     extra = list(overrides or [])
     if max_steps is not None:
@@ -67,10 +67,9 @@ def train(
     logging.getLogger("kforge").addHandler(file_handler)
 
     try:
-        overrides_gpus = parse_gpus_option(gpus) if gpus else {}
         placement = {k: v for k, v in cfg.placement.model_dump().items() if v}
-        placement.update(overrides_gpus)
-        plan = plan_placement(visible_gpus(), placement)
+        placement.update(parse_gpus_option(gpus) if gpus else {})
+        plan = plan_placement(None, placement)
     except PlacementError as exc:
         run.set_status("failed", error=str(exc))
         raise fail(str(exc)) from None
@@ -78,52 +77,35 @@ def train(
     status = _run(cfg, run, plan, resume=bool(resume), plain=plain)
     console.print(f"run {run.name}: {status} at step {run.summary()['steps']} -> {run.path}", highlight=False)
     if status == "failed":
+        error = run.read_status().get("error")
+        if error:
+            console.print(f"reason: {error.splitlines()[0]}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
 def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
-    from kforge.problems import problems_from_config, split_problems
-    from kforge.problems.sources import ProblemSourceError
-    from kforge.train.loop import Trainer, build_components, close_components
+    from kforge.train.build import SetupError, build_trainer
     from kforge.ui.dashboard import Dashboard
 
+    trainer = None
     try:
-        problems = problems_from_config(cfg.dataset)
-        train_set, test_set = split_problems(problems, cfg.dataset.test_fraction, cfg.dataset.seed)
-        if not train_set:
-            raise ProblemSourceError("the training split is empty: lower dataset.test_fraction or select more problems")
-    except (ProblemSourceError, ValueError) as exc:
-        run.set_status("failed", error=str(exc))
-        raise fail(str(exc)) from None
-    log.info("%d training and %d held-out problems from %s", len(train_set), len(test_set), cfg.dataset.source)
-    components = None
-    try:
-        from kforge.train.data import ProblemSampler
-
-        total = ProblemSampler(train_set, cfg.dataset.batch_size, cfg.dataset.epochs).total_steps
-        total = min(total, cfg.max_steps) if cfg.max_steps else total
-        components = build_components(cfg, plan, total)
-        trainer = Trainer(cfg, run, plan, train_set, test_set, components)
-        if not components.shares_model:
-            from kforge.rollout.base import make_backend
-
-            trainer.restart_backend = lambda: make_backend(cfg, plan.rollout)
-        if resume:
-            last = run.last_checkpoint()
-            if last is not None:
-                trainer.restore(run.path / last["path"])
+        trainer = build_trainer(cfg, run, plan, resume)
         with Dashboard(console, run.name, trainer.total_steps, plan.describe(), live=False if plain else None) as dash:
             trainer.dashboard = dash
             status = trainer.run_blocking()
+    except SetupError as exc:
+        run.set_status("failed", error=str(exc))
+        raise fail(str(exc)) from None
     except KeyboardInterrupt:
         status = "stopped"
     except Exception as exc:
         log.exception("run failed")
-        run.set_status("failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        if run.read_status().get("status") != "failed":
+            run.set_status("failed", error=f"{type(exc).__name__}: {exc}"[:500])
         status = "failed"
     finally:
-        if components is not None:
-            close_components(components)
+        if trainer is not None:
+            trainer.parts.close()
     try:
         from kforge.train.plots import write_plots
 

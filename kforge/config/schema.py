@@ -43,7 +43,11 @@ class LoraConfig(Section):
 class DatasetConfig(Section):
     """Which problems, how they are split and batched."""
 
-    source: str = Field("builtin", description="builtin | kernelbench | hf | path to a .jsonl file or a KernelBench checkout")
+    source: str = Field(
+        "builtin",
+        description="builtin | kernelbench (KERNELBENCH_ROOT, an installed kernelbench package, or the cache of "
+        "`kforge problems fetch kernelbench`) | hf | path to a .jsonl file or a KernelBench checkout",
+    )
     level: list[int] = Field(default_factory=lambda: [1], description="KernelBench level(s)")
     start_problem: int | None = Field(None, description="first problem id (inclusive)")
     end_problem: int | None = Field(None, description="last problem id (inclusive)")
@@ -55,7 +59,9 @@ class DatasetConfig(Section):
     shuffle: bool = True
     seed: int = 0
     test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
-    prompt_option: Literal["zero_shot", "one_shot", "few_shot", "raicl"] = "one_shot"
+    prompt_option: Literal["zero_shot", "one_shot", "few_shot", "raicl", "compact"] = Field(
+        "one_shot", description="compact = short instructions + an answer skeleton, no examples (small models, CPU)"
+    )
     rag_index_path: str | None = Field(None, description="FAISS index folder for prompt_option=raicl")
     raicl_k: int = Field(3, ge=0)
 
@@ -70,6 +76,8 @@ class EpisodeConfig(Section):
     speedup_threshold: float | None = Field(None, description="keep refining correct kernels until this speedup")
     thinking: bool = Field(False, description="ask for <think>...</think> before the kernel")
     context_budget_tokens: int = Field(12288, gt=0, description="prompt budget; oldest attempts dropped first")
+    keep_thinking: bool = Field(False, description="show the latest attempt's <think> text in the next prompt")
+    max_failed_turns: int = Field(0, ge=0, description="stop a trajectory after this many failed turns in a row; 0 = off")
 
 
 class RolloutConfig(Section):
@@ -95,14 +103,22 @@ class RewardConfig(Section):
     speed_weight: float = 1.0
     length_weight: float = 0.0
     thinking_weight: float = 0.0
-    speed_form: Literal["capped", "log", "kevin"] = "capped"
+    speed_form: Literal["capped", "log", "kevin", "threshold"] = "capped"
     speed_cap: float = Field(3.0, gt=0.0, description="upper bound of speedup-1 in the capped form")
+    speed_threshold: float = Field(1.2, gt=0.0, description="threshold form: speed reward 1 from this speedup on (Fast@p)")
+    partial_credit: float = Field(
+        0.25, ge=0.0, lt=1.0, description="incorrect kernels earn this x trials passed / trials of the correctness weight"
+    )
+    flagged_penalty: float = Field(-1.0, le=0.0, description="whole score of a flagged (reward-hacking) kernel")
+    coverage_scaled_speed: bool = Field(
+        False, description="multiply a positive speed reward by verdict.coverage (not measured = unscaled)"
+    )
     length_target_tokens: int = Field(2048, gt=0, description="responses shorter than this lose nothing")
 
 
 class LearnerConfig(Section):
     loss_fn: Literal["importance_sampling", "ppo", "grpo", "dr_grpo"] = "dr_grpo"
-    learning_rate: float = Field(2e-5, gt=0.0)
+    learning_rate: float = Field(2e-5, ge=0.0, description="0 = a control run that never moves the weights")
     weight_decay: float = 0.0
     warmup_steps: int = Field(5, ge=0)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -119,6 +135,17 @@ class LearnerConfig(Section):
     kl_coef: float = Field(0.0, ge=0.0)
     kl_discount: float = Field(0.0, ge=0.0)
     kl_estimator: Literal["k1", "k3"] = "k3"
+    entropy_coef: float = Field(0.0, ge=0.0, description="entropy bonus weight (0.001 in the seed recipe)")
+    mismatch_reject_ratio: float | None = Field(
+        None, gt=1.0, description="drop sequences whose geometric-mean rollout/learner ratio is outside [1/x, x]"
+    )
+    mismatch_token_veto: float | None = Field(
+        None, gt=0.0, lt=1.0, description="drop sequences with any token's rollout/learner ratio below this"
+    )
+    min_coverage: float | None = Field(
+        None, ge=0.0, le=1.0, description="reject samples whose measured kernel coverage is below this"
+    )
+    call_timeout_s: float = Field(1800.0, gt=0.0, description="deadline of one call to the learner process (a step)")
 
 
 class EvaluatorConfig(Section):
@@ -139,8 +166,24 @@ class EvaluatorConfig(Section):
     baseline_file: str | None = Field(None, description="KernelBench baseline JSON instead of timing it here")
     memory_limit_gb: float = Field(32.0, gt=0.0, description="RLIMIT_DATA of a candidate child")
     sandbox_restrict_reads: bool = Field(
-        True, description="Landlock: children read only system, Python and cache folders (not home folders)"
+        True, description="Landlock: children read only system and Python folders (not home folders, not kforge's caches)"
     )
+    timing_timeout_s: float = Field(300.0, gt=0.0, description="budget of the whole timing stage of one candidate")
+    cpu_timing_calls: int = Field(3, gt=0, description="timed calls on a machine without a GPU (protocol only)")
+    timing_memory_gb: float = Field(8.0, gt=0.0, description="outputs a child keeps per timed batch until sampled")
+    sample_points: int = Field(64, gt=0, description="output values per timed call that the parent checks")
+    full_compare_mb: float = Field(256.0, gt=0.0, description="trial outputs up to this size are compared whole; "
+                                   "larger ones (multi-GB KernelBench outputs) at compare_points positions")
+    compare_points: int = Field(1 << 20, gt=0, description="random positions compared per large output, besides "
+                                "its first and last 4096 values")
+    timing_ratio: float = Field(2.0, ge=1.0, description="flag timing_inconsistent when the parent's clock says "
+                                "the calls took more than this times what the child reported")
+    timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison: the "
+                                   "resolution of the parent's clock (per-call harness overhead varies by ~0.1 ms)")
+    pids_max: int = Field(1024, gt=0, description="cgroup pids.max of a child (threads included)")
+    static_checks: bool = Field(True, description="reject sources that use what no kernel needs (off only to "
+                                "test the layers below)")
+    audit_hook: bool = Field(True, description="in-child audit hook (off only to test the layers below)")
 
 
 class LogConfig(Section):
@@ -150,7 +193,8 @@ class LogConfig(Section):
     eval_every: int = Field(0, ge=0, description="held-out eval cadence in steps; 0 = off")
     tensorboard: bool = True
     tb_histograms_every: int = Field(10, ge=0)
-    per_level_metrics: bool = False
+    per_level_metrics: bool = Field(False, description="reward and correctness per KernelBench level")
+    samples_max_mb: float = Field(16.0, ge=0.0, description="cap of one step's transcript (samples/step_N.jsonl); 0 = off")
     wandb_project: str | None = None
     wandb_name: str | None = None
 
@@ -172,7 +216,6 @@ class KforgeConfig(BaseSettings):
 
     preset: str | None = Field(None, description="name of the preset this config started from")
     max_steps: int | None = Field(None, gt=0, description="stop after this many steps")
-    resume: str | None = Field(None, description="run folder to continue")
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)

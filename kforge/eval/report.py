@@ -1,10 +1,19 @@
-"""KernelBench-style summary numbers from verdicts.
+"""KernelBench-style summary numbers from verdicts, per level and overall.
 
-fast_p (KernelBench's definition) = the fraction of ALL selected problems whose kernel is correct AND
-has speedup = baseline_time / kernel_time > p; fast_0 is the correctness rate. With k samples per problem
-every number is first averaged over a problem's samples, then over problems, so k = 1 gives exactly
-KernelBench's figure. A flagged (reward-hacking) kernel is never correct. On a machine where timing is
-not meaningful (CPU), speedups are None and fast_p for p > 0 is 0 with `timed` false.
+Definitions (every rate is over ALL selected problems of the group, so a problem with no kernel counts as
+a failure; with k samples per problem a number is first averaged over a problem's samples, then over
+problems, so k = 1 gives exactly KernelBench's figure):
+
+- correctness (= fast_0): the kernel passed every correctness trial and carries no reward-hacking flag.
+- fast_p (KernelBench): correct AND speedup = baseline time / kernel time > p, for p in FAST_PS; 1.2 is the
+  threshold recent papers report (Fast@1.2).
+- mean_speedup, geomean_speedup: over the correct, timed samples only (None when there are none).
+- pass@k: the unbiased estimator 1 - C(n-c, k) / C(n, k) over a problem's n samples with c correct,
+  for every k from 1 to the number of samples.
+- first_turn_*: the kernel of turn 1 alone; best_of_turns_*: the best kernel across all turns of the
+  sample (the "best candidate across turns" figure of multi-turn papers). Equal in single-turn evals.
+- compile_rate: the sample's kernel compiled and ran; flagged_rate: a hacking check flagged it.
+- timed: whether any correct sample was timed (False on a CPU, where fast_p for p > 0 is 0).
 """
 
 from __future__ import annotations
@@ -12,11 +21,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kforge.evaluator.verdict import Verdict
 
-FAST_PS = (0.0, 1.0, 2.0)
+FAST_PS = (0.0, 0.5, 0.8, 1.0, 1.2, 1.5, 2.0)
+# The per-turn figures multi-turn papers compare: correctness and the Fast@1.2 threshold.
+TURN_PS = (0.0, 1.2)
+
+Summary = dict[str, float | int | bool | None]
+
+
+class _SingleTurn:
+    """Marks an outcome built without a turn-1 verdict: its only turn is its best."""
+
+
+SINGLE_TURN = _SingleTurn()
 
 
 @dataclass
@@ -25,8 +45,30 @@ class SampleOutcome:
 
     problem_key: str
     level: int
-    verdict: Verdict | None  # None = nothing evaluable (format error at every turn)
-    first_verdict: Verdict | None = None  # turn 1 alone, for best-of-turns comparisons
+    verdict: Verdict | None  # the best across turns; None = nothing evaluable (format error at every turn)
+    # Turn 1 alone; None = turn 1 had nothing evaluable (even when a later turn did).
+    first_verdict: Verdict | None | _SingleTurn = SINGLE_TURN
+
+    @property
+    def first(self) -> Verdict | None:
+        return self.verdict if isinstance(self.first_verdict, _SingleTurn) else self.first_verdict
+
+
+def fast_key(p: float) -> str:
+    """fast_0, fast_0.5, fast_1, fast_1.2, ... (the summary's key for threshold p)."""
+    return f"fast_{p:g}"
+
+
+def summary_keys(max_k: int = 1) -> tuple[str, ...]:
+    """Every key a group of `summarize` holds, in display order (pass@k up to `max_k`)."""
+    turn_keys = []
+    for p in TURN_PS:
+        name = "correctness" if p == 0 else fast_key(p)
+        turn_keys += [f"first_turn_{name}", f"best_of_turns_{name}"]
+    return (
+        "n_problems", "n_samples", "correctness", *(fast_key(p) for p in FAST_PS), "mean_speedup", "geomean_speedup",
+        *(f"pass@{k}" for k in range(1, max_k + 1)), *turn_keys, "compile_rate", "flagged_rate", "timed",
+    )
 
 
 def _fast(v: Verdict | None, p: float) -> bool:
@@ -44,42 +86,46 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(outcomes: Iterable[SampleOutcome], ks: tuple[int, ...] = (1,)) -> dict[str, dict[str, float | int | bool | None]]:
-    """{"overall": {...}, "level_1": {...}, ...}."""
+def summarize(outcomes: Iterable[SampleOutcome], ks: Iterable[int] = ()) -> dict[str, Summary]:
+    """{"overall": {...}, "level_1": {...}, ...}: every key of `summary_keys`, pass@k for k = 1..samples
+    (and any further k in `ks` that the samples allow)."""
     outcomes = list(outcomes)
     groups: dict[str, list[SampleOutcome]] = {"overall": outcomes}
-    for o in outcomes:
+    for o in sorted(outcomes, key=lambda o: o.level):
         groups.setdefault(f"level_{o.level}", []).append(o)
-    return {name: _summary(items, ks) for name, items in groups.items()}
+    return {name: _summary(items, tuple(ks)) for name, items in groups.items()}
 
 
-def _summary(outcomes: list[SampleOutcome], ks: tuple[int, ...]) -> dict[str, float | int | bool | None]:
+def _summary(outcomes: list[SampleOutcome], ks: tuple[int, ...]) -> Summary:
     by_problem: dict[str, list[SampleOutcome]] = defaultdict(list)
     for o in outcomes:
         by_problem[o.problem_key].append(o)
     n_problems = len(by_problem)
-    out: dict[str, float | int | bool | None] = {"n_problems": n_problems, "n_samples": len(outcomes)}
+    out: Summary = {"n_problems": n_problems, "n_samples": len(outcomes)}
     if n_problems == 0:
         return out
 
-    def per_problem_mean(pred) -> float:
+    def rate(pred: Callable[[SampleOutcome], bool]) -> float:
         return sum(sum(pred(o) for o in items) / len(items) for items in by_problem.values()) / n_problems
 
     for p in FAST_PS:
-        out[f"fast_{p:g}"] = per_problem_mean(lambda o, p=p: _fast(o.verdict, p))
+        out[fast_key(p)] = rate(lambda o, p=p: _fast(o.verdict, p))
     out["correctness"] = out["fast_0"]
-    out["first_turn_correctness"] = per_problem_mean(lambda o: _fast(o.first_verdict or o.verdict, 0.0))
-    out["compiled"] = per_problem_mean(lambda o: o.verdict is not None and o.verdict.status.compiled)
-    out["flagged"] = per_problem_mean(lambda o: o.verdict is not None and bool(o.verdict.flags))
-    for k in ks:
-        vals = []
-        for items in by_problem.values():
-            n, c = len(items), sum(_fast(o.verdict, 0.0) for o in items)
-            if k <= n:
-                vals.append(pass_at_k(n, c, k))
-        out[f"pass@{k}"] = sum(vals) / len(vals) if vals else None
     speedups = [o.verdict.speedup for o in outcomes if _fast(o.verdict, 0.0) and o.verdict.speedup]
-    out["timed"] = bool(speedups)
     out["mean_speedup"] = sum(speedups) / len(speedups) if speedups else None
     out["geomean_speedup"] = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+
+    # pass@k needs k samples of every problem in the group: k runs up to the fewest samples any problem has.
+    fewest = min(len(items) for items in by_problem.values())
+    for k in sorted(set(range(1, fewest + 1)) | {k for k in ks if 1 <= k <= fewest}):
+        per_problem = [pass_at_k(len(items), sum(_fast(o.verdict, 0.0) for o in items), k) for items in by_problem.values()]
+        out[f"pass@{k}"] = sum(per_problem) / n_problems
+
+    for p in TURN_PS:
+        name = "correctness" if p == 0 else fast_key(p)
+        out[f"first_turn_{name}"] = rate(lambda o, p=p: _fast(o.first, p))
+        out[f"best_of_turns_{name}"] = rate(lambda o, p=p: _fast(o.verdict, p))
+    out["compile_rate"] = rate(lambda o: o.verdict is not None and o.verdict.status.compiled)
+    out["flagged_rate"] = rate(lambda o: o.verdict is not None and bool(o.verdict.flags))
+    out["timed"] = bool(speedups)
     return out

@@ -15,13 +15,17 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kforge.config.schema import KforgeConfig
 from kforge.eval.report import SampleOutcome, summarize
 from kforge.evaluator.verdict import Verdict
+from kforge.policy.records import Trajectory
 from kforge.problems.record import Problem
 from kforge.runs.folder import atomic_write_text
+
+if TYPE_CHECKING:
+    from kforge.policy.runner import EpisodeRunner
 
 log = logging.getLogger("kforge.eval")
 
@@ -42,22 +46,56 @@ class Target:
 def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -> tuple[Target, Path | None]:
     """A run folder (its latest checkpoint, or `step`), a checkpoint/adapter folder, or a base model id/path.
 
-    Runs and adapters are found the way `kforge export` finds them. Returns the target and, for a run,
-    the run's config file (so eval uses the run's model)."""
-    from kforge.ops.export import ExportError, locate_source
+    The run folder says where its checkpoints are (`kforge.runs.locate`, as for `kforge export`). Returns the
+    target and, for a run, the run's config file (so eval uses the run's model)."""
+    from kforge.runs.locate import LocateError, is_run_or_adapter, load_run_config, locate
 
-    path = Path(spec)
-    is_run = (path / "status.json").exists() or (Path(runs_dir) / spec / "status.json").exists()
-    has_adapter = path.is_dir() and any(path.rglob("adapter_config.json"))
-    if not (is_run or has_adapter):
+    if not is_run_or_adapter(spec, runs_dir):
         return Target(spec, None, f"base model {spec}"), None
     try:
-        source = locate_source(spec, runs_dir, step)
-        model = source.base_model
-    except ExportError as exc:
+        found = locate(spec, runs_dir, step)
+        config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
+    except LocateError as exc:
         raise EvalTargetError(str(exc)) from None
-    config = source.run.config_path if source.run is not None and source.config is not None else None
-    return Target(model, str(source.adapter_dir), source.describe()), config
+    if config is not None:
+        model = config.model.name
+    else:
+        model = json.loads((found.adapter_dir / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        if not model:
+            raise EvalTargetError(f"{found.adapter_dir}: no run config and no base_model_name_or_path in "
+                                  "adapter_config.json; evaluate the run folder instead")
+    where = found.checkpoint_dir or found.adapter_dir
+    description = f"{where}" + (f" (run {found.run.name}, step {found.step})" if found.run is not None else "")
+    run_config = found.run.config_path if config is not None and found.run is not None else None
+    return Target(model, str(found.adapter_dir), description), run_config
+
+
+def build_runner(cfg: KforgeConfig, backend: Any, pool: Any, cache: bool = True) -> "EpisodeRunner":
+    """The one place an EpisodeRunner is built from a config: prompts (with the RA-ICL retriever when the
+    config asks for one), the eval pool as judge, turn scores from the reward weights. Used by training
+    rollouts, held-out evaluation during training and `kforge eval`."""
+    from kforge.credit.rewards import score_turn
+    from kforge.policy.prompts import PromptBuilder
+    from kforge.policy.runner import EpisodeRunner, VerdictCache
+
+    retriever = None
+    if cfg.dataset.prompt_option == "raicl":
+        from kforge.rag import load_retriever
+
+        if not cfg.dataset.rag_index_path:
+            raise ValueError("dataset.prompt_option=raicl needs dataset.rag_index_path (build one with `kforge rag build`)")
+        retriever = load_retriever(cfg.dataset.rag_index_path, backend=cfg.dataset.backend)
+    builder = PromptBuilder.from_config(cfg, backend.tokenizer, retriever=retriever)
+
+    def score(turn: Any, trajectory: Any) -> tuple[float, dict[str, float]]:
+        return score_turn(turn, cfg.reward, cfg.episode.thinking)
+
+    return EpisodeRunner(backend, builder, pool.evaluate, score, cfg, VerdictCache() if cache else None)
+
+
+def trajectory_outcome(traj: Trajectory, level: int) -> SampleOutcome:
+    """A trajectory as one KernelBench sample: its best verdict across turns and its first turn's."""
+    return SampleOutcome(traj.problem_key, level, traj.best_verdict, traj.turns[0].verdict if traj.turns else None)
 
 
 def parse_id_range(text: str | None) -> tuple[int | None, int | None]:
@@ -184,10 +222,7 @@ class EvalRun:
         await asyncio.gather(*(one(*item) for item in todo))
 
     async def _generate_and_evaluate(self, pool: Any) -> None:
-        from kforge.learner.rewards import score_turn
-        from kforge.policy.episode import run_episodes
-        from kforge.policy.prompts import PromptBuilder
-        from kforge.rollout.base import make_backend
+        from kforge.rollout.factory import make_backend
 
         assert self.target is not None
         jobs = [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
@@ -198,12 +233,8 @@ class EvalRun:
         try:
             if self.target.adapter:
                 backend.load_adapter(self.target.adapter, 1)
-            retriever = None
-            if self.cfg.dataset.prompt_option == "raicl":
-                from kforge.rag import load_retriever
-
-                retriever = load_retriever(self.cfg.dataset.rag_index_path, backend=self.cfg.dataset.backend)
-            builder = PromptBuilder.from_config(self.cfg, backend.tokenizer, retriever=retriever)
+            # Every sample of an eval is judged on its own: no verdict cache between samples.
+            runner = build_runner(self.cfg, backend, pool, cache=False)
             by_key = {p.key: p for p in self.problems}
             done = 0
             total = len(jobs) * self.cfg.turns
@@ -214,18 +245,11 @@ class EvalRun:
                 if self.on_progress:
                     self.on_progress("generate+evaluate", done, total)
 
-            async def evaluate(problem: Problem, code: str, be: str) -> Verdict:
-                return await pool.evaluate(problem, code, be)
-
-            def score(turn: Any, traj: Any) -> tuple[float, dict[str, float]]:
-                return score_turn(turn, self.cfg.reward, self.cfg.episode.thinking)
-
             # Samples are recorded per batch of problems so an interruption keeps finished batches.
             chunk = max(1, self.cfg.rollout.hf_batch_size)
             for start in range(0, len(jobs), chunk):
-                part = jobs[start : start + chunk]
-                trajs = await run_episodes(part, backend, builder, evaluate, score, self.cfg, 1, on_turn=on_turn)
-                for traj in trajs:
+                rollouts = await runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)
+                for traj in rollouts.trajectories:
                     turns = [{"turn": t.index + 1, "code": t.candidate.code if t.candidate else None,
                               "response": t.response_text,
                               "verdict": t.verdict.to_dict() if t.verdict else None} for t in traj.turns]

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kforge.evaluator import sandbox
-from kforge.evaluator.wire import FrameReader, decode_safe, send_pickle
+from kforge.evaluator.wire import SMALL_MESSAGE, FrameReader, WireError, decode, send_pickle
 
 _LEN = struct.Struct("<I")
 _KFORGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class ProtocolViolation(Exception):
+    """The child sent something the protocol does not allow at this point."""
 
 
 class Zygote:
@@ -109,10 +116,18 @@ class CgroupFactory:
                 self.root = path
             except OSError:
                 self.root = None
+            # Hand the pids and memory controllers down to the per-child groups, where the kernel lets us
+            # (a cgroup-v2 root or a delegated subtree; a hybrid v1 machine keeps them elsewhere).
+            for where in (base, path):
+                for controller in ("+pids", "+memory"):
+                    try:
+                        (where / "cgroup.subtree_control").write_text(controller)
+                    except OSError:
+                        pass
         self.n = 0
         self.lock = threading.Lock()
 
-    def new(self) -> Path | None:
+    def new(self, pids_max: int | None = None, memory_max: int | None = None) -> Path | None:
         if self.root is None:
             return None
         with self.lock:
@@ -120,9 +135,26 @@ class CgroupFactory:
             path = self.root / f"c{self.n}"
         try:
             path.mkdir()
-            return path
         except OSError:
             return None
+        # Root ignores RLIMIT_NPROC, and RLIMIT_DATA misses page-cache and shared memory: the cgroup's
+        # own limits hold whoever the child is (when this cgroup's controllers are delegated to us).
+        for name, value in (("pids.max", pids_max), ("memory.max", memory_max)):
+            if value is not None:
+                try:
+                    (path / name).write_text(str(value))
+                except OSError:
+                    pass
+        return path
+
+    def limits(self) -> dict[str, bool]:
+        """Which per-child limits this machine lets the pool set (for --explain-sandbox)."""
+        probe = self.new(pids_max=64, memory_max=1 << 30)
+        try:
+            return {name: probe is not None and (probe / name).exists() and (probe / name).read_text().strip() != "max"
+                    for name in ("pids.max", "memory.max")}
+        finally:
+            self.kill_and_remove(probe)
 
     @staticmethod
     def kill_and_remove(path: Path | None) -> None:
@@ -154,10 +186,12 @@ class Child:
     """One running child: send a job, read messages with deadlines, always cleaned up by close()."""
 
     def __init__(self, zygote: Zygote, cgroups: CgroupFactory, kind: str, request: dict[str, Any],
-                 job: dict[str, Any], scratch_parent: str | None = None) -> None:
+                 job: dict[str, Any], scratch_parent: str | None = None, pids_max: int | None = None) -> None:
         self.scratch = tempfile.mkdtemp(prefix="kforge-", dir=scratch_parent)
         os.chmod(self.scratch, 0o700)
-        self.cgroup = cgroups.new()
+        for name, src in (request.get("copy_into_scratch") or {}).items():
+            shutil.copytree(src, os.path.join(self.scratch, name), symlinks=False, dirs_exist_ok=True)
+        self.cgroup = cgroups.new(pids_max, request.get("memory_bytes"))
         self.exit: dict[str, Any] | None = None
         self.closed = False
         to_r, to_w = os.pipe()
@@ -184,13 +218,35 @@ class Child:
         except OSError:
             pass
 
-    def recv(self, deadline: float) -> dict[str, Any]:
-        """The next message; raises TimeoutError past the deadline, EOFError when the child is gone."""
-        msg = decode_safe(self.reader.read(deadline))
+    def recv(self, deadline: float, max_bytes: int = SMALL_MESSAGE) -> dict[str, Any]:
+        """The next message; TimeoutError past the deadline, EOFError when the child is gone,
+        ProtocolViolation for a frame that is too big or malformed."""
+        try:
+            msg = decode(self.reader.read(deadline, max_bytes))
+        except WireError as exc:
+            raise ProtocolViolation(str(exc)) from None
         if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-            raise EOFError("malformed message from the child")
+            raise ProtocolViolation("a message without a type")
         if msg["type"] == "exit":
             self.exit = msg
+        return msg
+
+    def ask(self, request: dict[str, Any] | None, expect: str, deadline: float,
+            max_bytes: int = SMALL_MESSAGE) -> dict[str, Any]:
+        """Send one request (None: just wait) and accept exactly one answer of type `expect`.
+
+        The deadline is the parent's, fixed per stage: nothing the child sends extends it. An error
+        report comes back as such; an exit means the child is gone (EOFError); any other message is a
+        protocol violation."""
+        if request is not None:
+            self.send(request)
+        msg = self.recv(deadline, max_bytes)
+        if msg["type"] == "exit":
+            raise EOFError("the child exited")
+        if msg["type"] not in (expect, "error"):
+            raise ProtocolViolation(f"expected {expect!r}, got {msg['type'][:40]!r}")
+        if msg["type"] == expect and isinstance(request, dict) and "id" in request and msg.get("id") != request["id"]:
+            raise ProtocolViolation("an answer to a request that was not asked")
         return msg
 
     def wait_exit(self, timeout: float = 5.0) -> dict[str, Any] | None:
@@ -212,14 +268,22 @@ class Child:
                 pass
 
     def stderr_tail(self, limit: int = 4000) -> str:
+        """The end of the child's stderr. The scratch folder is the child's: never follow a link there,
+        and read only a plain file with one name (a hard link could point at a host file)."""
         try:
-            with open(os.path.join(self.scratch, "stderr.txt"), "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - limit))
-                return fh.read().decode(errors="replace")
+            fd = os.open(os.path.join(self.scratch, "stderr.txt"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return ""
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return ""
+            os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
+            return os.read(fd, limit).decode(errors="replace")
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         if self.closed:
@@ -232,3 +296,31 @@ class Child:
             except OSError:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@dataclass
+class Slot:
+    """One eval device: its zygote, its timing lock (one timed child at a time) and its name."""
+
+    index: int | None  # CUDA index (after CUDA_VISIBLE_DEVICES) or None for CPU
+    zygote: Zygote
+    gpu_name: str = "cpu"
+    timing_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.index is None else "cuda"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.index is not None
+
+    @property
+    def tag(self) -> str:
+        import torch
+
+        return f"{self.gpu_name}|torch{torch.__version__}"
+
+    def timing(self) -> Any:
+        """The lock that keeps timed children from overlapping on one GPU (nothing to share on the CPU)."""
+        return self.timing_lock if self.on_gpu else contextlib.nullcontext()

@@ -15,7 +15,11 @@ _FLAG_TEXT = {
     "output_aliases_input": "an output shares memory with an input",
     "returns_input": "an output is one of the inputs",
     "identical_outputs_across_trials": "outputs do not change with the inputs (memoised or constant)",
-    "inconsistent_after_repeat": "outputs went wrong after repeated calls (caching between calls)",
+    "kernel_not_on_trial_data": "the kernel never touched the inputs or outputs: PyTorch did the work",
+    "timed_output_mismatch": "outputs of the timed calls were wrong (caching or skipped work)",
+    "timing_inconsistent": "the reported time disagrees with the evaluator's own clock",
+    "failed_when_timed": "failed or hung when called again for timing",
+    "protocol_violation": "the process sent messages the evaluator did not ask for",
 }
 
 _CATEGORY = {
@@ -36,6 +40,8 @@ def describe_flag(flag: str) -> str:
         return f"calls the PyTorch op `{flag.split(':', 1)[1]}` that the kernel should replace"
     if flag.startswith("patches:") or flag.startswith("patched:"):
         return f"replaces `{flag.split(':', 1)[1]}`"
+    if flag.startswith("sandbox_denied:"):
+        return f"tried `{flag.split(':', 1)[1]}`, which a kernel may not use"
     return _FLAG_TEXT.get(flag, flag)
 
 

@@ -16,7 +16,6 @@ import os
 import resource
 import signal
 import sys
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -122,6 +121,10 @@ def _libseccomp() -> ctypes.CDLL | None:
     return lib
 
 
+def seccomp_available() -> bool:
+    return _libseccomp() is not None
+
+
 def cgroup2_root() -> Path | None:
     """The writable cgroup-v2 folder this process lives in (where per-candidate cgroups can go)."""
     mount = None
@@ -141,20 +144,6 @@ def cgroup2_root() -> Path | None:
         return here if os.access(here, os.W_OK) else None
     except OSError:
         return None
-
-
-@dataclass
-class Capabilities:
-    """What the kernel lets a child do here, measured by `probe()` in a throwaway fork."""
-
-    userns: bool = False
-    netns: bool = False
-    pidns: bool = False
-    mountns_proc: bool = False
-    landlock_abi: int = 0
-    seccomp: bool = False
-    cgroup: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 def _unshare(flags: int) -> int:
@@ -197,6 +186,16 @@ def mount_private_proc() -> bool:
     if mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
     return mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+
+
+def mount_private_shm() -> bool:
+    """A fresh tmpfs on /dev/shm (after mount_private_proc made mounts private): nothing a candidate
+    leaves there is seen by the next one, and it is freed with the namespace."""
+    mount = _libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    if not os.path.isdir("/dev/shm"):
+        return False
+    return mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1g,mode=1777") == 0
 
 
 def set_pdeathsig() -> None:
@@ -352,92 +351,20 @@ def apply_rlimits(memory_bytes: int, fsize_bytes: int = 4 << 30, nproc: int = 40
 
 
 def readable_roots(extra: list[str]) -> list[str]:
-    """The trees a child may read when reads are restricted: system folders, Python, the caches."""
+    """The trees a child may read when reads are restricted: system folders and the Python installation.
+
+    Not `/`, not the kforge checkout (built-in solutions, runs), not kforge's caches (reference
+    outputs): the zygote imported everything of kforge a child runs before forking it."""
+    kforge_root = str(Path(__file__).resolve().parents[2])
     roots = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev", "/proc", "/sys", "/run",
-             "/var/lib", sys.prefix, sys.base_prefix, sys.exec_prefix]
+             sys.prefix, sys.base_prefix, sys.exec_prefix]
     roots += [p for p in sys.path if p and os.path.isdir(p)]
-    roots.append(str(Path(__file__).resolve().parents[2]))
     roots.append(os.path.dirname(os.path.realpath(sys.executable)))
     roots += extra
     seen: list[str] = []
     for r in roots:
-        if r and os.path.exists(r) and r not in seen:
+        r = os.path.abspath(r) if r else r
+        inside_checkout = r == kforge_root or r.startswith(kforge_root + os.sep) and not r.startswith(sys.prefix)
+        if r and r != "/" and not inside_checkout and os.path.exists(r) and r not in seen:
             seen.append(r)
     return seen
-
-
-# ---------------------------------------------------------------------------------------------
-# probe / explain
-# ---------------------------------------------------------------------------------------------
-
-
-def probe() -> Capabilities:
-    """Fork a throwaway child that tries each layer and reports back (the parent stays untouched)."""
-    caps = Capabilities(landlock_abi=landlock_abi(), seccomp=_libseccomp() is not None)
-    caps.cgroup = cgroup2_root() is not None
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the forked probe
-        os.close(r)
-        try:
-            flags, notes = enter_namespaces(os.getuid(), os.getgid())
-            res = [str(flags)]
-            if flags & CLONE_NEWPID:
-                inner = os.fork()
-                if inner == 0:
-                    ok = bool(flags & CLONE_NEWNS) and mount_private_proc()
-                    ok = ok and len([p for p in os.listdir("/proc") if p.isdigit()]) <= 2
-                    os._exit(0 if ok else 1)
-                _, status = os.waitpid(inner, 0)
-                res.append("proc" if os.waitstatus_to_exitcode(status) == 0 else "noproc")
-            os.write(w, (" ".join(res) + "|" + "; ".join(notes)).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 4096):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    head, _, notes = data.decode().partition("|")
-    parts = head.split()
-    flags = int(parts[0]) if parts else 0
-    caps.userns = bool(flags & CLONE_NEWUSER)
-    caps.netns = bool(flags & CLONE_NEWNET)
-    caps.pidns = bool(flags & CLONE_NEWPID)
-    caps.mountns_proc = "proc" in parts[1:]
-    caps.notes = [n for n in notes.split("; ") if n]
-    return caps
-
-
-@lru_cache(maxsize=1)
-def capabilities() -> Capabilities:
-    return probe()
-
-
-def explain() -> list[tuple[str, bool, str]]:
-    """(protection, active, detail) for each layer a candidate child gets on this machine."""
-    c = capabilities()
-    ll = c.landlock_abi
-    rows = [
-        ("own session / process group", True, "setsid; the parent kills the group on timeout"),
-        ("cgroup (kills detached processes)", c.cgroup, "cgroup v2 child group + cgroup.kill" if c.cgroup
-         else "no writable cgroup v2 here; falls back to the PID namespace / session kill"),
-        ("user namespace", c.userns, "unshare(CLONE_NEWUSER)" if c.userns else "not permitted"),
-        ("network namespace (no network)", c.netns, "unshare(CLONE_NEWNET): only a down loopback"
-         if c.netns else "not permitted; seccomp/Landlock still deny internet sockets"),
-        ("PID namespace (detached children die with the candidate)", c.pidns,
-         "candidate is PID 1 of its own namespace" if c.pidns else "not permitted"),
-        ("private /proc (other processes' memory/env invisible)", c.mountns_proc,
-         "fresh procfs in a mount namespace" if c.mountns_proc else "host /proc visible; ptrace is still denied by seccomp"),
-        ("Landlock filesystem (writes only to scratch)", ll >= 1, f"ABI {ll}; reads limited to system/Python trees"
-         if ll else "kernel lacks Landlock: writes are not confined"),
-        ("Landlock TCP bind/connect denied", ll >= 4, f"ABI {ll}" if ll >= 4 else "needs Landlock ABI 4"),
-        ("Landlock signal scope (cannot signal the trainer)", ll >= 6, f"ABI {ll}" if ll >= 6 else "needs Landlock ABI 6"),
-        ("seccomp (no AF_INET/AF_INET6 sockets, no ptrace)", c.seccomp, "libseccomp via ctypes"
-         if c.seccomp else "libseccomp.so.2 not found"),
-        ("rlimits DATA/FSIZE/CORE/NPROC (not AS)", True, "RLIMIT_DATA = evaluator.memory_limit_gb"),
-        ("scrubbed environment", True, "only PATH, locale and CUDA/compiler variables survive"),
-        ("wall timeout", True, "compile_timeout_s for import/build, run_timeout_s for the trials"),
-    ]
-    return rows

@@ -1,17 +1,34 @@
 """Static checks on a candidate's source, before anything runs.
 
 Two kinds of finding:
-- `errors`: the candidate cannot be a valid answer (syntax error, no ModelNew, no kernel at all).
-  They end evaluation with Status.STATIC_CHECK_FAILED.
+- `errors`: the candidate cannot be a valid answer (syntax error, no ModelNew, no real
+  `@triton.jit` kernel) or uses what no kernel needs and every harness attack does: imports outside
+  torch/triton/math and a few pure helpers; `sys`, `os`, `gc`, `inspect`, `ctypes`, `importlib`,
+  `builtins` by any path; `exec`/`eval`/`compile`/`open`/`globals`/`vars`; dynamic
+  `getattr`/`setattr`; dunder attributes; private attributes of torch or Triton; assigning to
+  attributes of torch, Triton or time. They end evaluation with Status.STATIC_CHECK_FAILED.
 - `flags`: reward-hacking patterns (calling the PyTorch op the problem is about, a try/except
-  fallback to PyTorch, using the reference Model, patching torch or timers). The candidate still
-  runs (its feedback is more useful that way) but a flagged verdict is never `correct`.
+  fallback to PyTorch, using the reference Model). The candidate still runs (its feedback is more
+  useful that way) but a flagged verdict is never `correct`.
+
+Source checks are a first filter, not a wall: Python has more paths than any list. The parent's
+own trials, clock and output samples are what a verdict rests on.
 """
 
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
+
+# CPython 3.11's parser keeps recursion bookkeeping that concurrent parses from several threads can
+# corrupt ("AST constructor recursion depth mismatch"); the pool parses from its worker threads.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(code: str) -> ast.Module:
+    with _PARSE_LOCK:
+        return ast.parse(code)
 
 # Tensor plumbing that any kernel wrapper needs; calling these is never "doing the op in PyTorch".
 GLUE_OPS = frozenset({
@@ -39,6 +56,33 @@ _HANDLER_OK = frozenset({"print", "warn", "format", "debug", "info", "warning", 
 
 _PATCH_TARGETS = ("torch", "time", "triton", "torch.cuda", "torch.Tensor", "torch.nn.functional", "F", "np", "numpy")
 
+# What a kernel module may import (top-level package), and the parts of torch it may not.
+ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "functools", "typing", "typing_extensions", "dataclasses",
+                             "collections", "itertools", "operator", "enum", "abc", "numbers", "numpy", "__future__",
+                             "warnings"})
+_BANNED_SUBMODULES = ("torch.multiprocessing", "torch.hub", "torch.package", "torch.serialization",
+                      "torch.distributed", "torch.utils.data", "torch.testing", "torch.library", "torch.ops")
+# Modules that reach the interpreter's internals, files or processes, by whatever attribute path.
+_FORBIDDEN_MODULE_NAMES = frozenset({"sys", "os", "gc", "inspect", "ctypes", "importlib", "builtins", "subprocess",
+                                     "socket", "pickle", "marshal", "shutil", "pathlib", "threading", "_thread",
+                                     "multiprocessing", "kforge", "mmap", "tempfile", "runpy", "posix", "faulthandler",
+                                     "serialization", "hub"})
+_BANNED_NAMES = frozenset({"exec", "eval", "compile", "__import__", "open", "globals", "locals", "vars",
+                           "breakpoint", "input", "__builtins__", "__loader__", "__spec__", "memoryview",
+                           "delattr"})
+_FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame", "cr_frame",
+                          "ag_frame", "tb_frame", "tb_next", "co_code", "co_consts", "co_filename", "func_globals",
+                          "modules", "_getframe", "settrace", "setprofile", "get_objects", "get_referrers"})
+_DUNDER_OK = frozenset({"__init__", "__name__", "__call__"})
+# Methods that run the candidate's code at times the harness does not choose, or intercept torch itself.
+_HOOK_METHODS = frozenset({"__torch_function__", "__torch_dispatch__", "__del__", "__getattr__", "__getattribute__",
+                           "__init_subclass__", "__set_name__", "__class_getitem__", "__array__",
+                           "__array_function__", "__array_ufunc__"})
+_SUBCLASS_ATTRS = frozenset({"as_subclass", "register_forward_hook", "register_forward_pre_hook",
+                             "register_full_backward_hook", "register_hook", "register_module_forward_hook"})
+_KERNEL_DECORATORS = ("triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit",
+                      "triton.runtime.autotune", "triton.runtime.autotuner.autotune", "triton.runtime.jit.jit")
+
 
 @dataclass
 class StaticReport:
@@ -60,17 +104,27 @@ def _dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
-def _is_triton_jit(dec: ast.AST) -> bool:
+def _resolve(name: str, aliases: dict[str, str]) -> str:
+    """`tl.load` -> `triton.language.load` through the module's import aliases ('' when not imported)."""
+    head, _, rest = name.partition(".")
+    full = aliases.get(head)
+    if full is None:
+        return ""
+    return f"{full}.{rest}" if rest else full
+
+
+def _is_triton_jit(dec: ast.AST, aliases: dict[str, str]) -> bool:
+    """A decorator that resolves, through the imports, to Triton's own jit/autotune/heuristics (a
+    home-made function that happens to be called `jit` does not)."""
     target = dec.func if isinstance(dec, ast.Call) else dec
-    name = _dotted(target)
-    return name.endswith("jit") or name.endswith("autotune") or name.endswith("heuristics")
+    return _resolve(_dotted(target), aliases) in _KERNEL_DECORATORS
 
 
 def reference_ops(problem_code: str) -> set[str]:
     """Names of the PyTorch ops the reference Model uses (calls, nn layers, the @ operator)."""
     ops: set[str] = set()
     try:
-        tree = ast.parse(problem_code)
+        tree = parse(problem_code)
     except SyntaxError:
         return ops
     for cls in [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"]:
@@ -90,8 +144,9 @@ def reference_ops(problem_code: str) -> set[str]:
 
 
 class _CandidateVisitor(ast.NodeVisitor):
-    def __init__(self, ref_ops: set[str]) -> None:
+    def __init__(self, ref_ops: set[str], aliases: dict[str, str]) -> None:
         self.ref_ops = ref_ops
+        self.aliases = aliases  # local name -> module or object path, from the import statements
         self.report = StaticReport()
         self.in_kernel = 0
         self.class_stack: list[str] = []
@@ -101,6 +156,8 @@ class _CandidateVisitor(ast.NodeVisitor):
     # --- structure -------------------------------------------------------------------------
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
+            if _resolve(_dotted(base), self.aliases) in ("torch.Tensor", "torch._C.TensorBase", "torch.nn.Parameter"):
+                self._ban("a torch.Tensor subclass (its values could be computed lazily)", node)
             if _dotted(base).rsplit(".", 1)[-1] == "Model":
                 self.report.flags.append("subclasses_reference_model")
         self.class_stack.append(node.name)
@@ -108,7 +165,9 @@ class _CandidateVisitor(ast.NodeVisitor):
         self.class_stack.pop()
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        is_kernel = any(_is_triton_jit(d) for d in node.decorator_list)
+        if node.name in _HOOK_METHODS:
+            self._ban(f"defining `{node.name}`", node)
+        is_kernel = any(_is_triton_jit(d, self.aliases) for d in node.decorator_list)
         if is_kernel:
             self.report.kernels.append(node.name)
             self.in_kernel += 1
@@ -142,10 +201,13 @@ class _CandidateVisitor(ast.NodeVisitor):
         if leaf == "load_inline" or leaf == "load":
             if name.endswith("load_inline") or "cpp_extension" in name:
                 self.report.kernels.append("load_inline")
-        if name in ("setattr",) and node.args:
-            target = _dotted(node.args[0])
-            if target.split(".")[0] in ("torch", "time", "triton", "F", "np", "numpy"):
-                self.report.flags.append(f"patches:{target}")
+        if name in ("getattr", "setattr", "hasattr"):
+            literal = len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            target = _dotted(node.args[0]) if node.args else ""
+            if not literal or target.split(".")[0] in self.aliases or (name == "setattr" and target != "self"):
+                self._ban(f"`{name}` with a computed name or on a module", node)
+            elif str(node.args[1].value).startswith("__") or str(node.args[1].value) in _FRAME_ATTRS:
+                self._ban(f"`{name}` of `{node.args[1].value}`", node)
         if leaf == "Model" and name in ("Model",) or name.endswith(".Model"):
             self.report.flags.append("calls_reference_model")
         if not self.in_kernel and not self._in_init():
@@ -181,18 +243,76 @@ class _CandidateVisitor(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if any(a.name == "Model" for a in node.names):
             self.report.flags.append("imports_reference_model")
+        module = node.module or ""
+        if node.level or not self._import_ok(module):
+            self._ban(f"import from `{'.' * node.level}{module}`", node)
+        for a in node.names:
+            if a.name == "*" or a.name.startswith("_") or a.name in _FORBIDDEN_MODULE_NAMES:
+                self._ban(f"`from {module} import {a.name}`", node)
         self.generic_visit(node)
+
+    # --- what a kernel never needs -------------------------------------------------------------
+    def _ban(self, what: str, node: ast.AST) -> None:
+        self.report.errors.append(f"not allowed in a kernel: {what} (line {getattr(node, 'lineno', '?')})")
+
+    @staticmethod
+    def _import_ok(module: str) -> bool:
+        parts = module.split(".")
+        if parts[0] not in ALLOWED_IMPORTS or any(p.startswith("_") for p in parts[1:]):
+            return False
+        return not any(module == b or module.startswith(b + ".") for b in _BANNED_SUBMODULES)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            if not self._import_ok(a.name):
+                self._ban(f"`import {a.name}`", node)
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in _BANNED_NAMES or node.id in _FORBIDDEN_MODULE_NAMES and node.id not in self.aliases:
+            self._ban(f"`{node.id}`", node)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        base = _dotted(node.value)
+        on_module = base.split(".")[0] in self.aliases and _resolve(base, self.aliases) != ""
+        if attr.startswith("__") and attr.endswith("__") and attr not in _DUNDER_OK:
+            self._ban(f"the attribute `{attr}`", node)
+        elif attr in _FRAME_ATTRS or attr in _FORBIDDEN_MODULE_NAMES or attr in _SUBCLASS_ATTRS:
+            self._ban(f"`.{attr}`", node)
+        elif on_module and attr.startswith("_"):
+            self._ban(f"the private attribute `{base}.{attr}`", node)
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and on_module:
+            self._ban(f"assigning to `{base}.{attr}` (patching a library)", node)
+        self.generic_visit(node)
+
+
+def import_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local names bound by the module's imports: `tl` -> `triton.language`, `jit` -> `triton.jit`."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+                else:
+                    aliases[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
 
 
 def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
     """Run every static check on a candidate (see the module docstring for errors vs flags)."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError as exc:
         rep = StaticReport()
         rep.errors.append(f"SyntaxError: {exc.msg} (line {exc.lineno})")
         return rep
-    visitor = _CandidateVisitor(reference_ops(problem_code))
+    visitor = _CandidateVisitor(reference_ops(problem_code), import_aliases(tree))
     visitor.visit(tree)
     rep = visitor.report
     rep.flags = sorted(set(rep.flags))

@@ -52,6 +52,9 @@ class Verdict:
     feedback: str = ""  # short text for the model's next turn
     error: str = ""  # cleaned error lines (no sandbox paths, no secrets)
     timing_meaningful: bool = True  # False under the Triton interpreter
+    # Share of the candidate's GPU time spent in its own kernels (torch.profiler, GPU only; None when
+    # not measured). Evidence from the candidate's process: it scales speed reward, never grants it.
+    coverage: float | None = None
     details: dict[str, Any] = field(default_factory=dict)  # per-stage durations and the like
 
     @property

@@ -58,12 +58,14 @@ def _redirect_output(scratch: str) -> None:
 
 def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
     from kforge.evaluator import harness, sandbox
-    from kforge.evaluator.wire import read_pickle_blocking, send_safe
+    from kforge.evaluator.wire import read_pickle_blocking, send_message
 
     applied: dict[str, Any] = {"namespaces": ns_flags}
     sandbox.set_pdeathsig()
     if req.get("private_proc", True) and ns_flags & sandbox.CLONE_NEWPID and ns_flags & sandbox.CLONE_NEWNS:
         applied["private_proc"] = sandbox.mount_private_proc()
+    if ns_flags & sandbox.CLONE_NEWNS:  # a /dev/shm of its own, gone with the namespace
+        applied["private_shm"] = sandbox.mount_private_shm()
     if req["kind"] == "reference":
         sandbox.set_dumpable(False)  # same-uid processes cannot read its memory through /proc
     scratch = req["scratch"]
@@ -71,11 +73,14 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
     os.environ.update(req["env"])
     os.environ["HOME"] = scratch
     os.environ["TMPDIR"] = scratch
+    # Each child compiles into its own Triton cache (a copy of the warm one, made by the parent).
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(scratch, "triton-cache"))
     tempfile.tempdir = scratch
     os.chdir(scratch)
+    writable = [scratch, *req.get("writable", [])] + (["/dev/shm"] if applied.get("private_shm") else [])
     if req.get("landlock", True):
         readable = sandbox.readable_roots(req.get("readable", [])) if req.get("restrict_reads", True) else None
-        applied["landlock"] = sandbox.apply_landlock([scratch, *req.get("writable", [])], readable,
+        applied["landlock"] = sandbox.apply_landlock(writable, readable,
                                                      net=req.get("landlock_net", True),
                                                      scope=req.get("landlock_scope", True))
     if req.get("seccomp", True):
@@ -85,13 +90,13 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
     try:
         job = read_pickle_blocking(rfd)
         job["scratch"] = scratch
-        send_safe(wfd, {"type": "sandbox", "applied": applied})
+        send_message(wfd, {"type": "sandbox", "applied": applied})
         harness.JOBS[req["kind"]](job, wfd, rfd)
     except BaseException as exc:  # noqa: BLE001 - last resort: tell the parent, then die quietly
         import traceback
 
         try:
-            send_safe(wfd, {"type": "error", "stage": "harness", "category": "runtime_error",
+            send_message(wfd, {"type": "error", "stage": "harness", "category": "runtime_error",
                             "message": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]})
         except BaseException:  # noqa: BLE001
             pass
@@ -102,7 +107,7 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
 
 def _outer(req: dict[str, Any], rfd: int, wfd: int) -> None:
     from kforge.evaluator import sandbox
-    from kforge.evaluator.wire import send_safe
+    from kforge.evaluator.wire import send_message
 
     os.setsid()
     if req.get("cgroup"):
@@ -127,7 +132,7 @@ def _outer(req: dict[str, Any], rfd: int, wfd: int) -> None:
     info = {"type": "exit", "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
     try:
-        send_safe(wfd, info)
+        send_message(wfd, info)
     finally:
         os._exit(0)
 
@@ -173,13 +178,19 @@ def _preload() -> None:
         import triton.language  # noqa: F401
     except ImportError:
         pass
+    # Children cannot read kforge's own folder (it holds the built-in solutions): everything they run
+    # of kforge is imported here, before the fork.
+    import kforge.evaluator.guard  # noqa: F401
     import kforge.evaluator.harness  # noqa: F401
+    import kforge.evaluator.protocol  # noqa: F401
     import kforge.evaluator.sandbox  # noqa: F401
     import kforge.evaluator.wire  # noqa: F401
 
 
 def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
+    # `python -m` put the working folder first on sys.path; children must not read it.
+    sys.path[:] = [p for p in sys.path if p not in ("", "/", os.getcwd())]
     _preload()
     ctrl.sendall(b"R")  # ready
     serve(ctrl)

@@ -1,4 +1,4 @@
-"""Rewards, returns/advantages, losses and the LoRA learner.
+"""Losses and the LoRA learner (rewards, returns and advantages live in ``kforge.credit``).
 
 Names are imported lazily, so that ``kforge.learner.learner`` (torch, PEFT) can be imported without the
 config stack and the light functions without torch.
@@ -10,10 +10,6 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "Sample": "kforge.learner.samples",
-    "assign_returns": "kforge.learner.advantages",
-    "build_samples": "kforge.learner.advantages",
-    "score_turn": "kforge.learner.rewards",
     "Learner": "kforge.learner.learner",
     "LearnerError": "kforge.learner.lora",
 }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from kforge.learner.samples import Sample
+from kforge.credit.samples import Sample
 
 
 def plan_micro_batches(lengths: list[int], budget: int) -> list[list[int]]:

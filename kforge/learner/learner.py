@@ -5,66 +5,77 @@ packs each minibatch into micro-batches under ``learner.micro_batch_tokens`` (pa
 accumulates gradients over the micro-batches, clips the gradient norm and steps AdamW and the
 learning-rate schedule.
 
-Log-prob convention: log_softmax(logits / temperature) of each response token, at the position before
-it, with ``temperature`` a constructor argument (1.0 by default). The rollout engine's log-probs
-(``Sample.rollout_logprobs``) must be computed the same way for the importance ratios to be near 1.
+Log-prob convention: ``kforge.learner.logprobs`` with the rollout's temperature (a constructor argument)
+and its top-k/top-p (``cfg.rollout``), the same processing the sampler applied, so that the rollout
+engine's log-probs (``Sample.rollout_logprobs``) and the learner's give importance ratios near 1.
+
+Guards, each reported in the metrics:
+- an optimiser step whose loss or gradient norm is not finite is skipped (``nonfinite_steps``);
+- a micro-batch that runs out of memory is retried alone, split under half the token budget, down to
+  single samples (``oom_retries``); gradients of a micro-batch are added only once its backward pass
+  completed, so nothing is counted twice and the schedule advances once per optimiser step;
+- sequences with an extreme rollout/learner mismatch are dropped (``mismatch_rejected``).
+
+Dropout: the old log-probs of substeps after the first are computed in train mode under the same seeded
+dropout masks as the update's forward pass, and the first substep uses the update's own log-probs, so
+ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1).
+
+KL reference: the policy the run started from: the base model (a fresh adapter is zero) or, with
+``model.checkpoint``, a frozen second copy of that adapter.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from kforge.credit.samples import Sample
 from kforge.learner import checkpoint as ckpt
 from kforge.learner.batching import MicroBatch, collate, plan_micro_batches
 from kforge.learner.logprobs import response_logits, token_entropy, token_logprobs
 from kforge.learner.lora import (
     LearnerError,
     attach_lora,
+    attach_reference,
     enable_gradient_checkpointing,
+    has_dropout,
     load_adapter_weights,
     load_base,
     trainable_parameters,
 )
-from kforge.learner.losses import aggregate, discounted_future_sum, kl_estimate, reduction_for, token_loss
-from kforge.learner.samples import Sample
+from kforge.learner.losses import (
+    aggregate,
+    discounted_future_sum,
+    kl_estimate,
+    mismatch_rejected,
+    reduction_for,
+    token_loss,
+)
+from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
+from kforge.learner.sums import Done, Sums
 
 if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
     from kforge.config.schema import KforgeConfig
+
+log = logging.getLogger("kforge.learner")
 
 STATE_FILE = "trainer_state.pt"
 # Every key of train_step's metrics, in log order.
 METRIC_KEYS = (
     "loss", "kl", "entropy", "clip_fraction", "is_ratio_mean", "is_ratio_max", "is_clip_fraction",
     "rollout_logprob_diff", "grad_norm", "grad_norm_max", "tokens", "response_tokens", "tokens_per_s",
-    "samples", "step_s", "lr", "optimizer_steps", "version", "skipped",
+    "samples", "step_s", "lr", "optimizer_steps", "version", "skipped", "nonfinite_steps", "oom_retries",
+    "mismatch_rejected",
 )
-
-
-@dataclass
-class _Sums:
-    """Token-weighted running sums for the step's metrics."""
-
-    tokens: float = 0.0
-    values: dict[str, float] = field(default_factory=dict)
-    maxima: dict[str, float] = field(default_factory=dict)
-
-    def add(self, name: str, per_token: Tensor, mask: Tensor) -> None:
-        picked = per_token.detach().float()[mask]
-        self.values[name] = self.values.get(name, 0.0) + float(picked.sum().item())
-        if picked.numel():
-            self.maxima[name] = max(self.maxima.get(name, float("-inf")), float(picked.max().item()))
-
-    def mean(self, name: str) -> float:
-        return self.values.get(name, 0.0) / self.tokens if self.tokens else 0.0
 
 
 class Learner:
@@ -90,16 +101,23 @@ class Learner:
         self.cfg = cfg
         self.device = torch.device(device)
         self.temperature = float(temperature)
+        # The sampler's truncation: the learner must score tokens under the distribution they came from.
+        self.top_k, self.top_p = int(cfg.rollout.top_k), float(cfg.rollout.top_p)
         if model is None:
             model, loaded_tokenizer = load_base(cfg, device)
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         elif not _is_quantized_model(model):
             model = model.to(self.device)
         self.model = attach_lora(model, cfg)
+        self.adapter = self.model.active_adapter
+        self.reference: str | None = None
+        if cfg.model.checkpoint and cfg.learner.kl_coef > 0:
+            self.reference = attach_reference(self.model, cfg.model.checkpoint)
         self.tokenizer = tokenizer
         if cfg.model.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         self.pad_id = _pad_id(tokenizer, self.model)
+        self.dropout = has_dropout(self.model)
 
         self.params = trainable_parameters(self.model)
         if not self.params:
@@ -138,19 +156,30 @@ class Learner:
         random.Random(self.version).shuffle(order)
         n_mini = min(lc.num_substeps, len(samples))
         minibatches = [[samples[i] for i in order[k::n_mini]] for k in range(n_mini)]
+        # Drawn from the global RNG (saved in checkpoints), so a resumed run draws the same masks.
+        seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if self.dropout else None
 
-        old_logps = self._old_logprobs(minibatches) if n_mini > 1 else None
-        sums, stats = _Sums(), {"loss": 0.0, "grad_norm": 0.0, "grad_norm_max": 0.0, "tokens": 0.0}
+        old_logps = self._old_logprobs(minibatches, seed) if n_mini > 1 else None
+        sums, stats = Sums(), {"loss": 0.0, "grad_norm": 0.0, "grad_norm_max": 0.0, "tokens": 0.0}
+        applied = 0
         for m, mini in enumerate(minibatches):
             self.optimizer.zero_grad(set_to_none=True)
-            loss_value = self._accumulate(mini, old_logps[m] if old_logps else None, sums, stats)
+            # Minibatch 0 meets the weights the batch arrived at: its own log-probs are the old ones.
+            old = old_logps[m] if old_logps is not None and m > 0 else None
+            loss_value = self._accumulate(mini, old, sums, stats, mix_seed(seed, m))
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, lc.grad_clip).item())
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer_steps += 1
-            stats["loss"] += loss_value / n_mini
-            stats["grad_norm"] += norm / n_mini
-            stats["grad_norm_max"] = max(stats["grad_norm_max"], norm)
+            if math.isfinite(loss_value) and math.isfinite(norm):
+                self.optimizer.step()
+                self.optimizer_steps += 1
+                applied += 1
+                stats["loss"] += loss_value
+                stats["grad_norm"] += norm
+                stats["grad_norm_max"] = max(stats["grad_norm_max"], norm)
+            else:  # never let NaN/inf reach the adapter or AdamW's moments
+                sums.count("nonfinite_steps", 1.0)
+                log.warning("optimiser step skipped: loss %s, gradient norm %s", loss_value, norm)
+                self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()  # the schedule follows the planned steps, applied or skipped
 
         # Leave the model as generation wants it (no LoRA dropout) for a backend that shares it.
         self.model.eval()
@@ -158,7 +187,7 @@ class Learner:
         elapsed = time.perf_counter() - started
         has_is = sums.values.get("_is_tokens", 0.0)
         metrics = {
-            "loss": stats["loss"],
+            "loss": stats["loss"] / applied if applied else 0.0,
             "kl": sums.mean("kl"),
             "entropy": sums.mean("entropy"),
             "clip_fraction": sums.mean("clipped"),
@@ -166,7 +195,7 @@ class Learner:
             "is_ratio_max": sums.maxima.get("is_ratio", 1.0) if has_is else 1.0,
             "is_clip_fraction": sums.values.get("is_clipped", 0.0) / has_is if has_is else 0.0,
             "rollout_logprob_diff": sums.values.get("logp_diff", 0.0) / has_is if has_is else 0.0,
-            "grad_norm": stats["grad_norm"],
+            "grad_norm": stats["grad_norm"] / applied if applied else 0.0,
             "grad_norm_max": stats["grad_norm_max"],
             "tokens": stats["tokens"],
             "response_tokens": sums.tokens,
@@ -177,13 +206,16 @@ class Learner:
             "optimizer_steps": float(self.optimizer_steps),
             "version": float(self.version),
             "skipped": 0.0,
+            "nonfinite_steps": sums.values.get("nonfinite_steps", 0.0),
+            "oom_retries": sums.values.get("oom_retries", 0.0),
+            "mismatch_rejected": sums.values.get("mismatch_rejected", 0.0),
         }
         return metrics
 
-    def _accumulate(self, mini: list[Sample], old: list[Tensor] | None, sums: _Sums, stats: dict[str, float]) -> float:
+    def _accumulate(self, mini: list[Sample], old: list[Tensor] | None, sums: Sums, stats: dict[str, float],
+                    seed: int | None) -> float:
         """Forward/backward over the micro-batches of one minibatch; returns its loss."""
         lc = self.cfg.learner
-        mode = reduction_for(lc.loss_fn, lc.loss_aggregation)
         totals = dict(
             total_tokens=float(sum(len(s.response_ids) for s in mini)),
             total_seqs=float(len(mini)),
@@ -191,61 +223,108 @@ class Learner:
         )
         plan = plan_micro_batches([s.num_tokens for s in mini], lc.micro_batch_tokens)
         loss_total = 0.0
-        for indices in plan:
-            batch = collate(mini, indices, self.pad_id, self.device)
-            mask = batch.response_mask
-            ref = self._reference_logprobs(batch) if lc.kl_coef > 0 else None
-            self.model.train()
+        for j, indices in enumerate(plan):
+            for done in self._micro_with_retry(mini, indices, old, totals, mix_seed(seed, j), lc.micro_batch_tokens, sums):
+                for p, g in zip(self.params, done.grads):
+                    if g is not None:
+                        p.grad = g if p.grad is None else p.grad.add_(g)
+                done.record(sums, stats)
+                loss_total += done.loss
+        return loss_total
+
+    def _micro_with_retry(self, mini: list[Sample], indices: list[int], old: list[Tensor] | None,
+                          totals: dict[str, float], seed: int | None, budget: int, sums: Sums) -> list[Done]:
+        """One micro-batch; out of memory, the same samples again in micro-batches under half the budget."""
+        try:
+            return [self._micro(mini, indices, old, totals, seed)]
+        except torch.OutOfMemoryError:
+            if len(indices) == 1:
+                raise
+        _release_memory(self.device)
+        sums.count("oom_retries", 1.0)
+        half = max(1, budget // 2)
+        parts = plan_micro_batches([mini[i].num_tokens for i in indices], half)
+        if len(parts) == 1:  # the halved budget still fits them all: split the rows in two
+            parts = [list(range(len(indices) // 2)), list(range(len(indices) // 2, len(indices)))]
+        out: list[Done] = []
+        for k, part in enumerate(parts):
+            out += self._micro_with_retry(mini, [indices[i] for i in part], old, totals, mix_seed(seed, 1000 + k), half, sums)
+        return out
+
+    def _micro(self, mini: list[Sample], indices: list[int], old: list[Tensor] | None,
+               totals: dict[str, float], seed: int | None) -> Done:
+        """Loss and gradients of one micro-batch. Nothing is written to the parameters' .grad here."""
+        lc = self.cfg.learner
+        mode = reduction_for(lc.loss_fn, lc.loss_aggregation)
+        batch = collate(mini, indices, self.pad_id, self.device)
+        mask = batch.response_mask
+        ref = self._reference_logprobs(batch) if lc.kl_coef > 0 else None
+        self.model.train()
+        with dropout_masks(seed, self.device):
             logits = response_logits(self.model, batch)
-            logp = token_logprobs(logits, batch.targets, self.temperature)
-            entropy = token_entropy(logits, self.temperature)
-            del logits
-            old_lp = self._gather_old(old, batch, logp) if old is not None else logp.detach()
-            rollout = torch.where(batch.has_rollout, batch.rollout_logprobs, old_lp)
+        logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
+        entropy = token_entropy(logits, self.temperature, self.top_k, self.top_p, grad=lc.entropy_coef > 0)
+        del logits
+        old_lp = self._gather_old(old, batch, logp) if old is not None else logp.detach()
+        rollout = torch.where(batch.has_rollout, batch.rollout_logprobs, old_lp)
+        rejected = mismatch_rejected(old_lp, rollout, mask, batch.has_rollout,
+                                     max_ratio=lc.mismatch_reject_ratio, token_veto=lc.mismatch_token_veto)
+        # Rejected sequences add nothing; the normaliser (totals) still counts them.
+        keep = mask & ~rejected.unsqueeze(-1)
 
-            advantages = batch.advantages
-            kl = torch.zeros_like(logp)
-            if ref is not None:
-                kl = kl_estimate(logp, ref, lc.kl_estimator)
-                if lc.kl_discount > 0:
-                    advantages = advantages - lc.kl_coef * discounted_future_sum(kl.detach(), mask, lc.kl_discount)
-            tl = token_loss(
-                lc.loss_fn, logp, old_lp, rollout, advantages,
-                clip_low=lc.clip_low, clip_high=lc.clip_high, is_clip=lc.is_clip,
-            )
-            loss = aggregate(tl.loss, mask, mode, **totals)
-            if ref is not None:
-                loss = loss + lc.kl_coef * aggregate(kl, mask, mode, **totals)
-            loss.backward()
-            loss_total += float(loss.detach().item())
+        advantages = batch.advantages
+        kl = torch.zeros_like(logp)
+        if ref is not None:
+            kl = kl_estimate(logp, ref, lc.kl_estimator)
+            if lc.kl_discount > 0:
+                advantages = advantages - lc.kl_coef * discounted_future_sum(kl.detach(), mask, lc.kl_discount)
+        tl = token_loss(
+            lc.loss_fn, logp, old_lp, rollout, advantages,
+            clip_low=lc.clip_low, clip_high=lc.clip_high, is_clip=lc.is_clip,
+        )
+        loss = aggregate(tl.loss, keep, mode, **totals)
+        if ref is not None:
+            loss = loss + lc.kl_coef * aggregate(kl, keep, mode, **totals)
+        if lc.entropy_coef > 0:
+            loss = loss - lc.entropy_coef * aggregate(entropy, keep, mode, **totals)
+        grads = list(torch.autograd.grad(loss, self.params, allow_unused=True)) if loss.requires_grad else [None] * len(self.params)
+        loss_value = float(loss.detach().item())
 
+        def record(sums: Sums, stats: dict[str, float]) -> None:
             sums.tokens += float(mask.sum().item())
             stats["tokens"] += float(batch.real_tokens)
             sums.add("kl", kl, mask)
             sums.add("entropy", entropy, mask)
             sums.add("clipped", tl.clipped.float(), mask)
+            sums.count("mismatch_rejected", float(rejected.sum().item()))
             is_mask = mask & batch.has_rollout
-            sums.values["_is_tokens"] = sums.values.get("_is_tokens", 0.0) + float(is_mask.sum().item())
+            sums.count("_is_tokens", float(is_mask.sum().item()))
             sums.add("is_ratio", tl.ratio if lc.loss_fn == "importance_sampling" else torch.exp(old_lp - rollout), is_mask)
             sums.add("is_clipped", tl.is_clipped.float(), is_mask)
             sums.add("logp_diff", (old_lp - rollout).abs(), is_mask)
-        return loss_total
+
+        return Done(loss_value, grads, record)
 
     @torch.no_grad()
-    def _old_logprobs(self, minibatches: list[list[Sample]]) -> list[list[Tensor]]:
-        """Log-probs of every response under the weights the batch arrived at (before any substep)."""
-        self.model.eval()
+    def _old_logprobs(self, minibatches: list[list[Sample]], seed: int | None) -> list[list[Tensor]]:
+        """Log-probs of every response under the weights the batch arrived at (before any substep), in
+        train mode with the dropout masks the update's forward pass will draw (same seeds, same plan)."""
+        self.model.train()
         out: list[list[Tensor]] = []
-        for mini in minibatches:
+        for m, mini in enumerate(minibatches):
             per_sample: list[Tensor] = [torch.empty(0)] * len(mini)
-            plan = plan_micro_batches([s.num_tokens for s in mini], self.cfg.learner.micro_batch_tokens)
-            for indices in plan:
-                batch = collate(mini, indices, self.pad_id, self.device)
-                logp = token_logprobs(response_logits(self.model, batch), batch.targets, self.temperature)
-                for row, i in enumerate(indices):
-                    k = len(mini[i].response_ids)
-                    per_sample[i] = logp[row, logp.shape[1] - k:].clone()
+            if m > 0:  # minibatch 0 uses the update's own log-probs
+                plan = plan_micro_batches([s.num_tokens for s in mini], self.cfg.learner.micro_batch_tokens)
+                for j, indices in enumerate(plan):
+                    batch = collate(mini, indices, self.pad_id, self.device)
+                    with dropout_masks(mix_seed(mix_seed(seed, m), j), self.device):
+                        logits = response_logits(self.model, batch)
+                    logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
+                    for row, i in enumerate(indices):
+                        k = len(mini[i].response_ids)
+                        per_sample[i] = logp[row, logp.shape[1] - k:].clone()
             out.append(per_sample)
+        self.model.eval()
         return out
 
     @staticmethod
@@ -258,13 +337,22 @@ class Learner:
 
     @torch.no_grad()
     def _reference_logprobs(self, batch: MicroBatch) -> Tensor:
-        """Log-probs under the base model: the same network with the adapter switched off."""
+        """Log-probs under the starting policy: the frozen reference adapter, else the base model (the same
+        network with the adapter switched off; a fresh adapter is zero, so that is where the run started)."""
         was_training = self.model.training
         self.model.eval()
-        with self.model.disable_adapter():
-            ref = token_logprobs(response_logits(self.model, batch), batch.targets, self.temperature)
-        self.model.train(was_training)
-        return ref
+        try:
+            if self.reference is not None:
+                self.model.set_adapter(self.reference, inference_mode=True)
+                logits = response_logits(self.model, batch)
+            else:
+                with self.model.disable_adapter():
+                    logits = response_logits(self.model, batch)
+        finally:
+            if self.reference is not None:
+                self.model.set_adapter(self.adapter)  # trainable again
+            self.model.train(was_training)
+        return token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
 
     def _lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
@@ -274,7 +362,7 @@ class Learner:
     def save_adapter(self, path: str | Path) -> None:
         """PEFT adapter folder (adapter_config.json + adapter_model.safetensors), written atomically."""
         with ckpt.atomic_folder(path) as tmp:
-            self.model.save_pretrained(str(tmp), safe_serialization=True)
+            self.model.save_pretrained(str(tmp), safe_serialization=True, selected_adapters=[self.adapter])
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Adapter + optimizer + scheduler + RNG states + counters, written atomically."""
@@ -286,7 +374,7 @@ class Learner:
             "optimizer_steps": self.optimizer_steps,
         }
         with ckpt.atomic_folder(path) as tmp:
-            self.model.save_pretrained(str(tmp / "adapter"), safe_serialization=True)
+            self.model.save_pretrained(str(tmp / "adapter"), safe_serialization=True, selected_adapters=[self.adapter])
             torch.save(state, tmp / STATE_FILE)
             meta = {"version": self.version, "optimizer_steps": self.optimizer_steps, "loss_fn": self.cfg.learner.loss_fn}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -320,3 +408,8 @@ def _pad_id(tokenizer: Any, model: Any) -> int:
             if isinstance(value, int):
                 return value
     return 0
+
+
+def _release_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,7 +1,10 @@
-"""Log-probs (and entropy) of response tokens under the model, at a given sampling temperature.
+"""Log-probs (and entropy) of response tokens under the model, as the rollout sampler saw them.
 
-Convention: the log-prob of token y at position t is log_softmax(logits_t / T)[y], with T the
-learner's ``temperature`` (1.0 unless the caller sets it to match the rollout sampler).
+Convention: the log-prob of token y at position t is log_softmax(process_logits(logits_t, T, top_k, top_p))[y]
+with ``process_logits`` from ``kforge.rollout.logprobs``, the one function the hf sampler also uses (and the
+order vLLM's sampler applies): temperature, then top-k, then top-p. With top_k = -1 and top_p = 1 that is
+plainly log_softmax(logits / T). A token outside the learner's own top-k/top-p set has log-prob -inf;
+it is floored at ``LOGP_FLOOR`` (no gradient there) so that differences of log-probs stay finite.
 """
 
 from __future__ import annotations
@@ -11,26 +14,25 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from kforge.learner.batching import MicroBatch
+from kforge.rollout.logprobs import process_logits
 
 # Tokens per chunk of the fp32 log-softmax: bounds its memory to chunk x vocab x 4 bytes.
 CHUNK_TOKENS = 1024
+# exp(LOGP_FLOOR - anything sampled) is 0 in fp32; floored tokens get no gradient.
+LOGP_FLOOR = -1.0e4
 
 
-def _chunk_logp(logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
-    x = logits.float()
-    if temperature != 1.0:
-        x = x / temperature
-    return x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - x.logsumexp(-1)
+def _chunk_logp(logits: Tensor, targets: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    x = process_logits(logits, temperature, top_k, top_p)
+    logp = x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - x.logsumexp(-1)
+    return logp.clamp(min=LOGP_FLOOR)
 
 
-@torch.no_grad()
-def _chunk_entropy(logits: Tensor, temperature: float) -> Tensor:
-    x = logits.float()
-    if temperature != 1.0:
-        x = x / temperature
-    logz = x.logsumexp(-1, keepdim=True)
-    p = torch.exp(x - logz)
-    return (logz.squeeze(-1) - (p * x).sum(-1))
+def _chunk_entropy(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    x = process_logits(logits, temperature, top_k, top_p)
+    logp = x.log_softmax(-1)
+    # Truncated tokens have p = 0 and log p = -inf; 0 * -inf would be NaN, their share is 0.
+    return -(logp.exp() * logp.masked_fill(torch.isinf(logp), 0.0)).sum(-1)
 
 
 def response_logits(model: torch.nn.Module, batch: MicroBatch) -> Tensor:
@@ -51,26 +53,33 @@ def response_logits(model: torch.nn.Module, batch: MicroBatch) -> Tensor:
     return logits[:, -(width + 1):-1, :]
 
 
-def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-    """log_softmax(logits / T) at the targets, in chunks; under autograd each chunk is recomputed in
-    the backward pass rather than keeping an fp32 copy of the logits alive."""
+def _chunked(fn, logits: Tensor, extra: tuple, *args) -> Tensor:
+    """fn over chunks of the flattened tokens; under autograd a low-precision chunk is recomputed in the
+    backward pass rather than keeping an fp32 copy of the logits alive."""
     b, r, v = logits.shape
-    flat_logits = logits.reshape(b * r, v)
-    flat_targets = targets.reshape(b * r)
+    flat = logits.reshape(b * r, v)
     parts = []
     for start in range(0, b * r, CHUNK_TOKENS):
-        lg = flat_logits[start:start + CHUNK_TOKENS]
-        tg = flat_targets[start:start + CHUNK_TOKENS]
+        lg = flat[start:start + CHUNK_TOKENS]
+        chunk_extra = tuple(e[start:start + CHUNK_TOKENS] for e in extra)
         if lg.requires_grad and lg.dtype != torch.float32:
-            parts.append(checkpoint(_chunk_logp, lg, tg, temperature, use_reentrant=False))
+            parts.append(checkpoint(fn, lg, *chunk_extra, *args, use_reentrant=False))
         else:
-            parts.append(_chunk_logp(lg, tg, temperature))
+            parts.append(fn(lg, *chunk_extra, *args))
     return torch.cat(parts).reshape(b, r)
 
 
-def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """Entropy of the (tempered) next-token distribution at each position, no gradient."""
-    b, r, v = logits.shape
-    flat = logits.detach().reshape(b * r, v)
-    parts = [_chunk_entropy(flat[s:s + CHUNK_TOKENS], temperature) for s in range(0, b * r, CHUNK_TOKENS)]
-    return torch.cat(parts).reshape(b, r)
+def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0) -> Tensor:
+    """Log-probs of the targets under the processed distribution (see the module docstring)."""
+    return _chunked(_chunk_logp, logits, (targets.reshape(-1),), temperature, top_k, top_p)
+
+
+def token_entropy(
+    logits: Tensor, temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0, grad: bool = False
+) -> Tensor:
+    """Entropy of the processed next-token distribution at each position; differentiable with ``grad``
+    (the entropy bonus), else computed without autograd."""
+    if grad:
+        return _chunked(_chunk_entropy, logits, (), temperature, top_k, top_p)
+    with torch.no_grad():
+        return _chunked(_chunk_entropy, logits.detach(), (), temperature, top_k, top_p)

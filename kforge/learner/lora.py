@@ -85,6 +85,21 @@ def attach_lora(model: Any, cfg: KforgeConfig) -> Any:
         ) from None
 
 
+REFERENCE_ADAPTER = "reference"
+
+
+def attach_reference(model: Any, checkpoint: str | Path) -> str:
+    """Load the adapter a run starts from a second time, frozen, as the KL reference (the starting policy,
+    not the bare base model). Returns its adapter name; the trainable adapter stays active."""
+    model.load_adapter(str(adapter_folder(checkpoint)), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+    return REFERENCE_ADAPTER
+
+
+def has_dropout(model: Any) -> bool:
+    """Any active dropout in train mode (LoRA dropout, or the base model's own)."""
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
 def enable_gradient_checkpointing(model: Any) -> None:
     """Recompute activations in the backward pass. Non-reentrant checkpointing needs no input grads,
     which a frozen embedding would not provide."""

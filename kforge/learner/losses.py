@@ -16,6 +16,10 @@ Losses (``learner.loss_fn``):
                        engine's numerics/staleness and the learner. grpo and ppo differ only in the default
                        advantage normalisation; dr_grpo also differs in the reduction (``constant``).
 
+Mismatch rejection (``mismatch_rejected``): truncated IS bounds the weight of a token the engine and the
+learner disagree on, but a sequence whose disagreement is extreme (a numerics bug, a stale or wrong
+adapter) is better left out than down-weighted: its loss is masked, the normaliser is unchanged.
+
 Reductions: ``token_mean`` (sum over tokens / tokens), ``sequence_mean`` (mean over each sequence, then
 over sequences) and ``constant`` (Dr.GRPO: sum over tokens / (sequences * a fixed token budget), so a
 long response's tokens weigh the same as a short one's: no length bias).
@@ -60,13 +64,14 @@ def token_loss(
     """The per-token loss of ``loss_fn`` (see the module docstring). ``advantages`` broadcasts to ``logp``:
     pass shape [batch, 1] for per-sequence advantages."""
     if loss_fn == "importance_sampling":
-        ratio = torch.exp(logp - rollout)
-        capped = ratio.detach().clamp(max=is_clip)
-        # value min(r, C); gradient min(r, C) * grad(logp): the detached factor rescales r to its cap.
-        weighted = ratio * (capped / ratio.detach())
+        ratio = torch.exp((logp - rollout).detach())
+        capped = ratio.clamp(max=is_clip)
+        # value min(r, C); gradient min(r, C) * grad(logp). exp(logp - logp.detach()) is exactly 1 with
+        # gradient grad(logp), so nothing divides by r (r * C / r was 0/0 = NaN when r underflowed).
+        weighted = capped * torch.exp(logp - logp.detach())
         loss = -weighted * advantages
         false = torch.zeros_like(logp, dtype=torch.bool)
-        return TokenLoss(loss, ratio.detach(), capped, ratio.detach() > is_clip, false)
+        return TokenLoss(loss, ratio, capped, ratio > is_clip, false)
     if loss_fn in ("ppo", "grpo", "dr_grpo"):
         weight, is_clipped = truncated_is_weight(old, rollout, is_clip)
         ratio = torch.exp(logp - old.detach())
@@ -77,6 +82,27 @@ def token_loss(
         active = ((ratio > 1.0 + clip_high) & (adv > 0)) | ((ratio < 1.0 - clip_low) & (adv < 0))
         return TokenLoss(-weight * surrogate, ratio.detach(), weight, is_clipped, active.detach())
     raise ValueError(f"learner.loss_fn {loss_fn!r} is unknown; use one of {', '.join(LOSSES)}")
+
+
+def mismatch_rejected(
+    old: Tensor, rollout: Tensor, mask: Tensor, has_rollout: Tensor, *, max_ratio: float | None, token_veto: float | None
+) -> Tensor:
+    """[batch] bool: sequences to drop because the learner (``old``) and the engine (``rollout``) disagree.
+
+    A sequence is dropped when the geometric mean of its token ratios exp(old - rollout) is outside
+    [1 / max_ratio, max_ratio], or when any of its tokens has a ratio below ``token_veto`` (the learner
+    finds a sampled token far less likely than the engine claimed). Rows without engine log-probs
+    (``has_rollout`` False, shape [batch, 1]) are never dropped."""
+    diff = (old - rollout).detach() * mask
+    keep_rows = has_rollout.reshape(-1)
+    rejected = torch.zeros_like(keep_rows)
+    if max_ratio is not None:
+        mean_log = diff.sum(-1) / mask.sum(-1).clamp(min=1)
+        rejected |= mean_log.abs() > torch.log(torch.tensor(max_ratio, dtype=diff.dtype))
+    if token_veto is not None:
+        low = (diff < torch.log(torch.tensor(token_veto, dtype=diff.dtype))) & mask
+        rejected |= low.any(-1)
+    return rejected & keep_rows
 
 
 def reduction_for(loss_fn: str, aggregation: str) -> str:

@@ -9,57 +9,23 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import importlib.util
-import json
 import os
-import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 from kforge.config.schema import KforgeConfig
-from kforge.gpus import Gpu, query_gpus
-
-Status = Literal["pass", "warn", "fail"]
-GIB = 1024**3
-
-
-@dataclass
-class CheckResult:
-    check: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def can_start(results: list[CheckResult]) -> bool:
-    return not any(r.status == "fail" for r in results)
-
-
-# ---------------------------------------------------------------------------------------------- needs
-
-
-def gpu_reasons(cfg: KforgeConfig) -> list[str]:
-    """The settings of this config that only work on an NVIDIA GPU."""
-    reasons = []
-    if cfg.rollout.backend == "vllm":
-        reasons.append("rollout.backend=vllm")
-    if cfg.model.load_in_4bit:
-        reasons.append("model.load_in_4bit=true")
-    if cfg.dataset.backend == "cuda":
-        reasons.append("dataset.backend=cuda")
-    if cfg.evaluator.measure_performance:
-        reasons.append("evaluator.measure_performance=true (kernel timing)")
-    return reasons
+from kforge.gpus import Gpu, query_gpus, visible_records
+from kforge.ops.doctor_base import GIB, CheckResult, Status, can_start, gpu_reasons  # noqa: F401 (re-exported)
+from kforge.ops.doctor_data import (  # noqa: F401 (re-exported)
+    check_disk, check_model, check_problems, check_rag, hub_cached, hub_head,
+)
+from kforge.ops.doctor_runtime import (  # noqa: F401 (re-exported)
+    TritonProbe, _nvcc_path, check_cuda_toolchain, check_sandbox, check_triton_and_torch, nvcc_release,
+)
 
 
 # ------------------------------------------------------------------------------------------- packages
@@ -199,24 +165,6 @@ def check_vllm_torch_pin(cfg: KforgeConfig, gpus_visible: bool) -> list[CheckRes
 # ----------------------------------------------------------------------------------------------- GPUs
 
 
-def _visible_filter(gpus: list[Gpu]) -> list[Gpu]:
-    """The GPUs CUDA_VISIBLE_DEVICES lets a process see (indices or GPU-UUID prefixes)."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is None:
-        return gpus
-    chosen = []
-    for item in [x.strip() for x in env.split(",") if x.strip()]:
-        if item == "-1":
-            break  # CUDA stops at the first invalid entry
-        match = [g for g in gpus if g.index == item or (item.startswith("GPU-") and g.uuid.startswith(item))]
-        if not match:
-            if item.startswith("MIG-"):
-                return gpus  # MIG instances are not listed per GPU here: show the physical GPUs
-            break
-        chosen.extend(m for m in match if m not in chosen)
-    return chosen
-
-
 def check_gpus(cfg: KforgeConfig, gpus: list[Gpu] | None, source: str) -> list[CheckResult]:
     needs = gpu_reasons(cfg)
     need_text = ", ".join(needs)
@@ -240,427 +188,16 @@ def check_gpus(cfg: KforgeConfig, gpus: list[Gpu] | None, source: str) -> list[C
     return rows
 
 
-# --------------------------------------------------------------------------------- torch, CUDA, Triton
+def check_placement(cfg: KforgeConfig) -> list[CheckResult]:
+    """The config's placement.* GPUs against the visible ones (the same rule `kforge train` applies)."""
+    from kforge.train.placement import PlacementError, plan_placement
 
-TRITON_PROBE = r'''
-import json, os, sys, time
-out = {"stage": "import torch"}
-def done(**kw):
-    out.update(kw)
-    print("KFORGE_PROBE " + json.dumps(out), flush=True)
-    sys.exit(0)
-t0 = time.time()
-import torch
-out.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
-use_gpu = os.environ.get("TRITON_INTERPRET") != "1"
-if use_gpu:
-    out["stage"] = "CUDA init"
-    out["cuda_available"] = torch.cuda.is_available()
-    out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
-    if not out["cuda_available"]:
-        done(ok=False, error="torch.cuda.is_available() is False")
-    out["device_name"] = torch.cuda.get_device_name(0)
-out["stage"] = "import triton"
-import triton
-import triton.language as tl
-out["triton"] = triton.__version__
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-out["stage"] = "compile and run"
-device = "cuda" if use_gpu else "cpu"
-n = 1000
-x = torch.arange(n, dtype=torch.float32, device=device)
-y = torch.full((n,), 0.5, dtype=torch.float32, device=device)
-o = torch.zeros_like(x)
-t1 = time.time()
-add_kernel[(triton.cdiv(n, 256),)](x, y, o, n, BLOCK=256)
-if use_gpu:
-    torch.cuda.synchronize()
-ok = bool(torch.equal(o, x + y))
-done(ok=ok, device=device, kernel_s=time.time() - t1, total_s=time.time() - t0,
-     error="" if ok else "the kernel ran but returned wrong values")
-'''
-
-
-class TritonProbe:
-    """A vector-add Triton kernel compiled and run in a child process (which may initialise CUDA freely).
-
-    On a machine without a GPU the child runs under TRITON_INTERPRET=1 with CPU tensors. The child also
-    reports torch's CUDA build and whether CUDA works, for the CUDA row.
-    """
-
-    def __init__(self, use_gpu: bool, timeout_s: float = 300.0):
-        self.use_gpu = use_gpu
-        self.timeout_s = timeout_s
-        self._dir = tempfile.TemporaryDirectory(prefix="kforge-doctor-")
-        # Triton's @jit reads the kernel's source file: the probe must be a real .py file, not `python -c`.
-        script = Path(self._dir.name) / "kforge_triton_probe.py"
-        script.write_text(TRITON_PROBE)
-        env = dict(os.environ)
-        if use_gpu:
-            env.pop("TRITON_INTERPRET", None)
-        else:
-            env["TRITON_INTERPRET"] = "1"
-        env["TRITON_CACHE_DIR"] = str(Path(self._dir.name) / "triton-cache")  # a cold compile, really tested
-        self.started = time.time()
-        self._proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, cwd=self._dir.name)
-
-    def result(self) -> tuple[dict, str]:
-        """(the child's report, its stderr tail)."""
-        try:
-            stdout, stderr = self._proc.communicate(timeout=max(1.0, self.timeout_s - (time.time() - self.started)))
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            stdout, stderr = self._proc.communicate()
-            return {"ok": False, "error": f"timed out after {self.timeout_s:.0f} s"}, stderr[-2000:]
-        finally:
-            self._dir.cleanup()
-        for line in reversed(stdout.splitlines()):
-            if line.startswith("KFORGE_PROBE "):
-                return json.loads(line[len("KFORGE_PROBE "):]), stderr[-2000:]
-        last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-        return {"ok": False, "error": last[-1] if last else f"exit code {self._proc.returncode}"}, stderr[-2000:]
-
-
-def check_triton_and_torch(cfg: KforgeConfig, report: dict, gpus_visible: bool) -> list[CheckResult]:
-    rows = []
-    # torch's CUDA build
-    torch_v, torch_cuda = report.get("torch"), report.get("torch_cuda")
-    if torch_v is None:
-        rows.append(CheckResult("torch", "fail", f"import torch failed: {report.get('error', '?')}",
-                                "reinstall torch: pip install --force-reinstall torch"))
-    elif gpus_visible:
-        if not torch_cuda:
-            rows.append(CheckResult("torch CUDA", "fail", f"torch {torch_v} is a CPU-only build but GPUs are visible",
-                                    "install a CUDA build: pip install torch --index-url https://download.pytorch.org/whl/cu128"))
-        elif report.get("cuda_available") is False:
-            rows.append(CheckResult("torch CUDA", "fail",
-                                    f"torch {torch_v} (CUDA {torch_cuda}) cannot use the GPU: {report.get('error', '')}",
-                                    "the driver is older than torch's CUDA or CUDA_VISIBLE_DEVICES is wrong; "
-                                    "update the driver or install a torch built for an older CUDA"))
-        else:
-            rows.append(CheckResult("torch CUDA", "pass", f"torch {torch_v}, CUDA {torch_cuda}, "
-                                    f"{report.get('device_count', '?')} device(s), first: {report.get('device_name', '?')}"))
-    else:
-        # No GPU: the "gpus" row already says whether this config needs one.
-        rows.append(CheckResult("torch CUDA", "pass", f"torch {torch_v}"
-                                + (f" (CUDA {torch_cuda} build)" if torch_cuda else " (CPU build)") + ", no GPU to use"))
-    # the kernel
-    where = "on GPU 0" if gpus_visible else "in the Triton interpreter (TRITON_INTERPRET=1, CPU)"
-    need = cfg.dataset.backend == "triton"
-    if report.get("ok"):
-        rows.append(CheckResult("triton kernel", "pass",
-                                f"triton {report.get('triton')}: vector add compiled and ran {where} "
-                                f"in {report.get('kernel_s', 0):.1f} s"))
-    elif torch_v is not None:
-        stage = report.get("stage", "?")
-        fix = ("install a C compiler (gcc) and check that triton matches torch (pip install -U triton)"
-               if gpus_visible else "pip install -U triton; the interpreter needs triton >= 3.0")
-        rows.append(CheckResult("triton kernel", "fail" if need else "warn",
-                                f"failed at '{stage}' {where}: {report.get('error', '?')}", fix))
-    return rows
-
-
-def _nvcc_path() -> str | None:
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
-
-
-def nvcc_release(nvcc: str) -> str | None:
+    chosen = {k: v for k, v in cfg.placement.model_dump().items() if v}
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return m.group(1) if m else None
-
-
-def check_cuda_toolchain(cfg: KforgeConfig, torch_cuda: str | None, gpus_visible: bool) -> list[CheckResult]:
-    """nvcc, ninja and a C++ compiler: what `load_inline` needs for dataset.backend=cuda."""
-    need = cfg.dataset.backend == "cuda"
-    miss: Status = "fail" if need else "pass"
-    why = "dataset.backend=cuda" if need else f"not needed: dataset.backend={cfg.dataset.backend}"
-    rows = []
-    nvcc = _nvcc_path()
-    if nvcc is None:
-        rows.append(CheckResult("nvcc", miss, f"not found ({why})",
-                                "install the CUDA toolkit matching torch's CUDA and set CUDA_HOME" if need else ""))
-    else:
-        release = nvcc_release(nvcc)
-        detail = f"{nvcc}: CUDA {release or '?'}"
-        if need and torch_cuda and release and release.split(".")[0] != torch_cuda.split(".")[0]:
-            rows.append(CheckResult("nvcc", "fail", f"{detail}, but torch is built for CUDA {torch_cuda}",
-                                    f"install CUDA toolkit {torch_cuda.split('.')[0]}.x and point CUDA_HOME at it"))
-        else:
-            rows.append(CheckResult("nvcc", "pass", detail + ("" if need else f" ({why})")))
-    ninja = shutil.which("ninja")
-    if ninja is None and importlib.util.find_spec("ninja") is not None:
-        ninja = "python package ninja"
-    rows.append(CheckResult("ninja", "pass", ninja + ("" if need else f" ({why})")) if ninja else
-                CheckResult("ninja", miss, f"not found ({why})", "pip install ninja" if need else ""))
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    rows.append(CheckResult("c++ compiler", "pass", cxx) if cxx else
-                CheckResult("c++ compiler", miss, f"not found ({why})", "install g++ (apt-get install g++)" if need else ""))
-    if need and not gpus_visible:
-        rows.append(CheckResult("cuda backend", "fail", "dataset.backend=cuda but no GPU is visible: candidates would "
-                                "all be reported as unsupported", "run on a GPU machine or set dataset.backend=triton"))
-    return rows
-
-
-# ------------------------------------------------------------------------------------------- sandbox
-
-
-def check_sandbox() -> list[CheckResult]:
-    try:
-        from kforge.evaluator.sandbox import explain
-
-        rows = explain()
-    except Exception as exc:  # module missing or the probe failed: say so, the rest of the report still helps
-        return [CheckResult("sandbox", "warn", f"could not probe the sandbox: {type(exc).__name__}: {exc}",
-                            "candidate kernels may run with weaker isolation; see `kforge check --explain-sandbox`")]
-    out = []
-    for protection, active, detail in rows:
-        out.append(CheckResult(f"sandbox: {protection}", "pass" if active else "warn", detail,
-                               "" if active else "this layer is off on this machine; the other layers still apply"))
-    return out
-
-
-# --------------------------------------------------------------------------------------------- model
-
-
-def _hub_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def hub_cached(repo_id: str) -> str | None:
-    """The local snapshot folder when the model's config and weights are in the Hugging Face cache."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    found = try_to_load_from_cache(repo_id, "config.json")
-    if not isinstance(found, str):
-        return None
-    snap = Path(found).parent
-    if any(snap.glob("*.safetensors")) or any(snap.glob("*.bin")) or any(snap.glob("*.gguf")):
-        return str(snap)
-    return None
-
-
-def hub_head(repo_id: str, timeout_s: float = 5.0) -> tuple[int | None, str]:
-    """HTTP status of the model's config.json on the hub (None when unreachable)."""
-    url = f"{_hub_endpoint()}/{repo_id}/resolve/main/config.json"
-    req = urllib.request.Request(url, method="HEAD")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, url
-    except urllib.error.HTTPError as exc:
-        return exc.code, url
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        return None, f"{url}: {getattr(exc, 'reason', exc)}"
-
-
-def check_model(cfg: KforgeConfig, hub_timeout_s: float = 5.0) -> list[CheckResult]:
-    from kforge.modelio import ModelLoadError, cache_root, resolve_model
-
-    name = cfg.model.name
-    rows = []
-    try:
-        ref = resolve_model(name, cfg.model.gguf_file, dense=False)  # dense=False: no 15 s GGUF conversion here
-    except ModelLoadError as exc:
-        return [CheckResult("model", "fail", str(exc).split("; run")[0], _fix_of(str(exc)))]
-    folder = Path(os.path.expanduser(ref.path))
-    if name.startswith("pkg:") or folder.is_dir():
-        if ref.gguf_file:
-            gguf = folder / ref.gguf_file
-            if not gguf.is_file():
-                return [CheckResult("model", "fail", f"{name}: no GGUF file {gguf}", "set model.gguf_file to a file in the folder")]
-            cached = any((cache_root() / "models").glob(f"{gguf.stem}-*/config.json"))
-            rows.append(CheckResult("model", "pass", f"{name}: {gguf} ({gguf.stat().st_size / 2**20:.0f} MiB GGUF; "
-                                    + ("dense copy cached" if cached else "first run converts it to a dense copy, ~15 s")
-                                    + ")"))
-        elif (folder / "config.json").is_file() and (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))):
-            rows.append(CheckResult("model", "pass", f"local folder {folder}"))
-        else:
-            rows.append(CheckResult("model", "fail", f"{folder} has no config.json with weights (*.safetensors)",
-                                    "point model.name at a Hugging Face model folder, a hub id, or pkg:<package>"))
-    elif name.startswith(("/", "./", "../", "~")) or name.count("/") > 1:
-        rows.append(CheckResult("model", "fail", f"model.name {name!r}: no such folder, and not a hub id (org/name)",
-                                "give a local model folder, a hub id like Qwen/Qwen2.5-Coder-7B-Instruct, or pkg:<package>"))
-    else:
-        snap = hub_cached(name)
-        if snap:
-            rows.append(CheckResult("model", "pass", f"{name}: in the local Hugging Face cache ({snap})"))
-        elif os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-            rows.append(CheckResult("model", "fail", f"{name}: not in the Hugging Face cache and HF_HUB_OFFLINE=1",
-                                    f"download it first (`hf download {name}`) or point model.name at a local folder"))
-        else:
-            code, where = hub_head(name, hub_timeout_s)
-            if code is not None and code < 400:
-                rows.append(CheckResult("model", "pass", f"{name}: reachable on the hub (downloaded on first use)"))
-            elif code in (401, 403):
-                rows.append(CheckResult("model", "warn", f"{name}: the hub answered {code} (gated, private or misspelt)",
-                                        "accept the licence on the model page and log in (`hf auth login`), "
-                                        "or check the id"))
-            elif code == 404:
-                rows.append(CheckResult("model", "fail", f"{name}: not found on the hub", "check model.name"))
-            else:
-                rows.append(CheckResult("model", "warn", f"{name}: hub unreachable ({where}); not cached either",
-                                        f"on a machine with internet: `hf download {name}`, or use a local folder"))
-    if cfg.model.checkpoint:
-        ck = Path(cfg.model.checkpoint)
-        found = ck.is_dir() and (any(ck.rglob("adapter_config.json")))
-        rows.append(CheckResult("model checkpoint", "pass" if found else "fail",
-                                f"{ck}" + ("" if found else ": no adapter_config.json in it"),
-                                "" if found else "point model.checkpoint at an adapter folder or a run checkpoint"))
-    return rows
-
-
-def _fix_of(message: str) -> str:
-    m = re.search(r"run `([^`]+)`", message)
-    return m.group(1) if m else "check model.name"
-
-
-# ------------------------------------------------------------------------------------ problems, RAG, disk
-
-
-def check_problems(cfg: KforgeConfig) -> list[CheckResult]:
-    from kforge.problems import problems_from_config, split_problems
-
-    ds = cfg.dataset
-    try:
-        problems = problems_from_config(ds)
-        train, test = split_problems(problems, ds.test_fraction, ds.seed)
-    except Exception as exc:  # ProblemSourceError and whatever a broken source raises: a run could not start
-        return [CheckResult("problems", "fail", f"source {ds.source!r}: {exc}",
-                            f"`kforge problems ls --source {ds.source}` shows what it holds; fix dataset.source/level")]
-    if not train:
-        return [CheckResult("problems", "fail", f"{len(problems)} problems but the training split is empty",
-                            "lower dataset.test_fraction or select more problems")]
-    return [CheckResult("problems", "pass", f"{len(problems)} from {ds.source!r} level {list(ds.level)}: "
-                        f"{len(train)} train, {len(test)} held out")]
-
-
-def _embedder_dim(folder: Path) -> int | None:
-    """The output size of a sentence-transformers folder, read from its module configs (no model load)."""
-    dim = None
-    try:
-        modules = json.loads((folder / "modules.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        modules = []
-    for mod in modules:
-        cfg_file = folder / mod.get("path", "") / "config.json"
-        try:
-            conf = json.loads(cfg_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if mod.get("type", "").endswith("Pooling"):
-            dim = conf.get("word_embedding_dimension", dim)
-        elif mod.get("type", "").endswith("Dense"):
-            dim = conf.get("out_features", dim)
-    return dim
-
-
-def _embedder_folder(name: str) -> Path | None:
-    if name.startswith("pkg:"):
-        spec = importlib.util.find_spec(name[4:])
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        base = Path(list(spec.submodule_search_locations)[0])
-        return base / "model" if (base / "model").is_dir() else base
-    if Path(name).is_dir():
-        return Path(name)
-    snap = hub_cached(name) if name.count("/") == 1 else None
-    return Path(snap) if snap else None
-
-
-def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
-    ds = cfg.dataset
-    if ds.prompt_option != "raicl":
-        return [CheckResult("rag index", "pass", f"not used (prompt_option={ds.prompt_option})")]
-    build = f"kforge rag build --backend {ds.backend}"
-    if not ds.rag_index_path:
-        return [CheckResult("rag index", "fail", "prompt_option=raicl but dataset.rag_index_path is not set",
-                            f"{build}, then set dataset.rag_index_path to its folder")]
-    folder = Path(ds.rag_index_path)
-    if not folder.is_dir():
-        return [CheckResult("rag index", "fail", f"no index folder {folder} (relative to {Path.cwd()})",
-                            f"{build} (or set dataset.rag_index_path to an existing index)")]
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return [CheckResult("rag index", "fail", f"{folder}/manifest.json unreadable: {exc}", f"rebuild it: {build}")]
-    rows = []
-    try:
-        import kforge.rag as rag
-
-        if not hasattr(rag, "load_retriever"):
-            rows.append(CheckResult("rag code", "fail", "kforge.rag has no load_retriever in this install",
-                                    "update kforge; RA-ICL prompts are not available in this version"))
-    except ImportError as exc:
-        rows.append(CheckResult("rag code", "fail", f"kforge.rag does not import: {exc}", "pip install 'kforge[rag]'"))
-    embedder = next((manifest[k] for k in ("embedder", "embedding_model", "embed_model", "model") if manifest.get(k)), None)
-    dim = next((manifest[k] for k in ("dim", "dimension", "embedding_dim") if isinstance(manifest.get(k), int)), None)
-    index_files = sorted(folder.glob("*.faiss")) or sorted(folder.glob("index*"))
-    if not index_files:
-        return rows + [CheckResult("rag index", "fail", f"{folder}: manifest but no *.faiss index file", f"rebuild: {build}")]
-    index_dim, count = None, None
-    if importlib.util.find_spec("faiss") is not None:
-        try:
-            import faiss
-
-            index = faiss.read_index(str(index_files[0]))
-            index_dim, count = int(index.d), int(index.ntotal)
-        except Exception as exc:  # a corrupt or foreign file
-            return rows + [CheckResult("rag index", "fail", f"{index_files[0]}: faiss cannot read it: {exc}",
-                                       f"rebuild: {build}")]
-    emb_folder = _embedder_folder(str(embedder)) if embedder else None
-    emb_dim = _embedder_dim(emb_folder) if emb_folder else None
-    problems = []
-    if embedder and emb_folder is None:
-        problems.append(f"embedder {embedder} is not available locally")
-    if dim is not None and index_dim is not None and dim != index_dim:
-        problems.append(f"manifest dim {dim} != index dim {index_dim}")
-    if emb_dim is not None and (index_dim or dim) is not None and emb_dim != (index_dim or dim):
-        problems.append(f"embedder {embedder} gives {emb_dim}-d vectors, index holds {index_dim or dim}-d")
-    detail = f"{folder}: {count if count is not None else '?'} vectors, dim {index_dim or dim or '?'}, embedder {embedder or '?'}"
-    if problems:
-        rows.append(CheckResult("rag index", "fail", detail + "; " + "; ".join(problems),
-                                f"rebuild with the embedder you use: {build}"))
-    else:
-        rows.append(CheckResult("rag index", "pass", detail))
-    return rows
-
-
-def _existing_parent(path: Path) -> Path:
-    path = path.resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def check_disk(runs_dir: Path, fail_below_gib: float = 1.0, warn_below_gib: float = 10.0) -> list[CheckResult]:
-    where = _existing_parent(Path(runs_dir))
-    free = shutil.disk_usage(where).free / GIB
-    if not os.access(where, os.W_OK):
-        return [CheckResult("disk", "fail", f"{where} is not writable (runs go to {runs_dir})",
-                            "pass --runs-dir / log.runs_dir=DIR pointing at a writable folder")]
-    detail = f"{free:.1f} GiB free at {where} (runs go to {runs_dir})"
-    if free < fail_below_gib:
-        return [CheckResult("disk", "fail", detail, f"free space or choose another log.runs_dir (needs >= {fail_below_gib:g} GiB)")]
-    if free < warn_below_gib:
-        return [CheckResult("disk", "warn", detail, f"checkpoints and merged exports of big models need more than "
-                            f"{warn_below_gib:g} GiB; free space or choose another log.runs_dir")]
-    return [CheckResult("disk", "pass", detail)]
+        plan = plan_placement(None, chosen)
+    except PlacementError as exc:
+        return [CheckResult("placement", "fail", str(exc), "fix placement.* (or --gpus), or CUDA_VISIBLE_DEVICES")]
+    return [CheckResult("placement", "pass", plan.describe().removeprefix("placement: "))]
 
 
 # -------------------------------------------------------------------------------------------- driver
@@ -680,11 +217,12 @@ def run_checks(cfg: KforgeConfig, runs_dir: str | Path | None = None, triton_tim
     """Every check for this config, in a stable order."""
     runs_dir = Path(runs_dir if runs_dir is not None else cfg.log.runs_dir)
     all_gpus, source = query_gpus()
-    gpus = _visible_filter(all_gpus) if all_gpus is not None else None
+    gpus = visible_records(all_gpus) if all_gpus is not None else None
     gpus_visible = bool(gpus)
     probe = TritonProbe(gpus_visible, triton_timeout_s)  # runs while the quick checks below run
     head = check_python() + _guarded("packages", lambda: check_packages(cfg, gpus_visible))
     head += _guarded("gpus", lambda: check_gpus(cfg, gpus, source))
+    head += _guarded("placement", lambda: check_placement(cfg))
     tail = _guarded("sandbox", check_sandbox)
     tail += _guarded("model", lambda: check_model(cfg, hub_timeout_s))
     tail += _guarded("problems", lambda: check_problems(cfg))

@@ -18,12 +18,13 @@ from typing import Any, Iterator
 import yaml
 
 from kforge.config.schema import KforgeConfig
-from kforge.runs.folder import CONFIG_FILE, STATUS_FILE, RunFolder, find_run
+from kforge.runs.folder import RunFolder
+from kforge.runs.locate import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LocateError, find_adapter, locate
+from kforge.runs.locate import load_run_config as _load_run_config
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
+__all__ = ["ExportError", "ExportSource", "export_adapter", "export_merged", "find_adapter", "locate_source"]
+
 CARD = "README.md"
-CKPT_PREFIX = "step_"
 
 
 class ExportError(ValueError):
@@ -64,104 +65,26 @@ class ExportSource:
 # --------------------------------------------------------------------------------------------- locate
 
 
-def find_adapter(folder: Path) -> Path:
-    """The adapter folder inside a checkpoint: the shallowest one holding adapter_config.json and weights.
-
-    Temporary folders of an interrupted write (names starting with '.') are ignored; a `NAME.old` twin
-    left by a crash between two renames is used only when nothing else is there.
-    """
-    found = [p.parent for p in folder.rglob(ADAPTER_CONFIG)
-             if not any(part.startswith(".") for part in p.relative_to(folder).parts)]
-    found = [p for p in found if (p / ADAPTER_WEIGHTS).is_file() or (p / "adapter_model.bin").is_file()]
-    if not found:
-        raise ExportError(f"{folder}: no {ADAPTER_CONFIG} with adapter weights in it or its subfolders; "
-                          "give a run, a checkpoint folder (runs/NAME/checkpoints/step_N) or an adapter folder")
-    fresh = [p for p in found if not any(part.endswith(".old") for part in p.relative_to(folder).parts)]
-    return min(fresh or found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
-
-
-def _is_run(folder: Path) -> bool:
-    return (folder / STATUS_FILE).is_file() or ((folder / CONFIG_FILE).is_file() and (folder / "checkpoints").is_dir())
-
-
-def _enclosing_run(folder: Path) -> RunFolder | None:
-    for parent in [folder, *folder.parents]:
-        if _is_run(parent):
-            return RunFolder(parent)
-    return None
-
-
-def _step_of(ckpt: Path) -> int | None:
-    try:
-        return int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
-    except (OSError, KeyError, ValueError, json.JSONDecodeError):
-        pass
-    if ckpt.name.startswith(CKPT_PREFIX) and ckpt.name[len(CKPT_PREFIX):].isdigit():
-        return int(ckpt.name[len(CKPT_PREFIX):])
-    return None
-
-
-def _checkpoint_dirs(run: RunFolder) -> dict[int, Path]:
-    out: dict[int, Path] = {}
-    root = run.path / "checkpoints"
-    if root.is_dir():
-        for child in sorted(root.iterdir()):
-            step = _step_of(child) if child.is_dir() and child.name.startswith(CKPT_PREFIX) else None
-            if step is not None:
-                out[step] = child
-    return out
-
-
 def load_run_config(run: RunFolder) -> KforgeConfig:
-    """The run's own resolved config, exactly as written (no KFORGE_* environment layered on top)."""
     try:
-        data = yaml.safe_load(run.config_path.read_text()) or {}
-        return KforgeConfig.model_validate(data)
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise ExportError(f"{run.config_path}: cannot read the run's config: {str(exc).splitlines()[0]}") from None
+        return _load_run_config(run)
+    except LocateError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def locate_source(spec: str, runs_dir: str | Path = "runs", step: int | None = None) -> ExportSource:
-    """A run (name or folder: its last checkpoint, or `step`), a checkpoint folder, or an adapter folder."""
-    path = Path(spec)
-    run: RunFolder | None = None
-    ckpt: Path | None = None
-    if path.is_dir() and not _is_run(path):
-        if step is not None:
-            raise ExportError(f"--step picks a checkpoint of a run; {path} is already a checkpoint or adapter folder")
-        run = _enclosing_run(path.resolve())
-        ckpt = path
-        for parent in [path.resolve(), *path.resolve().parents]:
-            if parent.name.startswith(CKPT_PREFIX) and parent.parent.name == "checkpoints":
-                ckpt = parent
-                break
-    else:
-        try:
-            run = find_run(spec, runs_dir)
-        except FileNotFoundError as exc:
-            raise ExportError(str(exc)) from None
-        ckpts = _checkpoint_dirs(run)
-        if step is not None:
-            if step not in ckpts:
-                have = ", ".join(str(s) for s in sorted(ckpts)) or "none yet"
-                raise ExportError(f"run {run.name} has no checkpoint at step {step}; checkpoints at steps: {have}")
-            ckpt = ckpts[step]
-        else:
-            last = run.last_checkpoint()
-            if last is not None:
-                ckpt = run.path / last["path"]
-            elif ckpts:
-                ckpt = ckpts[max(ckpts)]
-            else:
-                raise ExportError(f"run {run.name} has no checkpoint yet; wait for one (log.save_every) or stop it "
-                                  f"with `kforge runs stop {run.name}`, which saves one")
-    adapter = find_adapter(ckpt)
+    """A run (name or folder: its last checkpoint, or `step`), a checkpoint folder, or an adapter folder;
+    the run folder says where its checkpoints are (`kforge.runs.locate`)."""
+    try:
+        found = locate(spec, runs_dir, step)
+    except LocateError as exc:
+        raise ExportError(str(exc)) from None
+    run = found.run
     config = load_run_config(run) if run is not None and run.config_path.is_file() else None
-    ckpt_step = _step_of(ckpt) if ckpt is not None else None
     metrics = {}
-    if run is not None and ckpt_step is not None:
-        metrics = next((m for m in reversed(run.metrics()) if m.get("step") == ckpt_step), {})
-    return ExportSource(adapter, config, run, ckpt if ckpt != adapter else None, ckpt_step, metrics)
+    if run is not None and found.step is not None:
+        metrics = next((m for m in reversed(run.metrics()) if m.get("step") == found.step), {})
+    return ExportSource(found.adapter_dir, config, run, found.checkpoint_dir, found.step, metrics)
 
 
 # ----------------------------------------------------------------------------------------------- write

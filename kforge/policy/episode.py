@@ -1,23 +1,30 @@
 """Multi-turn episodes: generate, parse, evaluate, score, feed the verdict back, stop or refine.
 
-Turn t of every active trajectory is generated as one batch; each completion is parsed and submitted to
-the evaluator as soon as it is ready (evaluations overlap each other and, with backends that finish in
-sub-batches, the rest of the generation). Responses without a readable kernel get a format-error verdict
-here and never reach the evaluator. This module knows the evaluator only as an async function.
+Each trajectory is its own chain of turns and never waits for another: its next prompt goes to the
+engine as soon as its own verdict is back, while other trajectories are still generating or being
+evaluated (`GenerationQueue` batches whatever is ready for an engine that takes one call at a time). A
+step therefore takes about as long as its longest single chain, not the sum over turns of the slowest
+evaluation. Each request carries its own seed (from the run seed, the problem, the group index and the
+turn), so a trajectory's samples do not depend on which others it happened to share a batch with.
+
+Responses without a readable kernel get a format-error verdict here and never reach the evaluator. This
+module knows the evaluator only as an async function and the reward only as a function.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field, replace
+import hashlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from kforge.evaluator.verdict import Verdict
 from kforge.policy.parsing import format_error_verdict, parse_response
 from kforge.policy.prompts import KERNEL_CLOSE, Attempt, PromptBuilder
-from kforge.policy.records import Candidate, Trajectory, Turn
+from kforge.policy.records import Trajectory, Turn
 from kforge.problems.record import Problem
-from kforge.rollout.base import Completion, GenerationRequest, RolloutBackend, SamplingParams, sampling_from_config
+from kforge.rollout.base import GenerationRequest, RolloutBackend, SamplingParams, sampling_from_config
+from kforge.rollout.queue import GenerationQueue
 
 if TYPE_CHECKING:
     from kforge.config.schema import EpisodeConfig, KforgeConfig
@@ -29,17 +36,20 @@ OnTurn = Callable[[Trajectory, Turn], None]
 STOP_CORRECT = "correct"
 STOP_SPEEDUP = "speedup_reached"
 STOP_MAX_TURNS = "max_turns"
+STOP_FAILED = "failed_turns"  # episode.max_failed_turns failed turns in a row
 STOP_CONTEXT = "context_full"  # the prompt alone fills model.max_model_len
 
 
-def stop_reason_after(verdict: Verdict, episode: "EpisodeConfig") -> str | None:
+def stop_reason_after(verdict: Verdict, episode: "EpisodeConfig", failed_in_a_row: int = 0) -> str | None:
     """Why a trajectory stops after a turn with this verdict, or None to refine further.
 
     With `speedup_threshold` set, a correct kernel is refined until its measured speedup reaches it; where
     timing is not meaningful (CPU, Triton interpreter) the threshold cannot be judged and
-    `early_stop_on_correct` decides instead."""
+    `early_stop_on_correct` decides instead. With `max_failed_turns` set, a trajectory whose last that
+    many turns all failed (not correct) stops: more refinement of a hopeless attempt costs engine time."""
     if not verdict.correct:
-        return None
+        limit = episode.max_failed_turns
+        return STOP_FAILED if limit and failed_in_a_row >= limit else None
     threshold = episode.speedup_threshold
     if threshold is not None and verdict.timing_meaningful:
         if verdict.speedup is not None and verdict.speedup >= threshold:
@@ -59,11 +69,72 @@ def turn_sampling(cfg: "KforgeConfig") -> SamplingParams:
     return sampling_from_config(cfg, stop=stop)
 
 
-@dataclass
-class _Episode:
-    problem: Problem
-    trajectory: Trajectory
-    history: list[Attempt] = field(default_factory=list)
+def request_seed(seed: int, problem_key: str, group: int, turn: int) -> int:
+    """The sampling seed of one request: fixed by what the request is, not by when it was sent."""
+    digest = hashlib.sha256(f"{seed}/{problem_key}/{group}/{turn}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+async def run_episode(
+    problem: Problem,
+    group: int,
+    queue: GenerationQueue,
+    builder: PromptBuilder,
+    evaluate: EvaluateFn,
+    score: ScoreFn,
+    cfg: "KforgeConfig",
+    policy_version: int,
+    seed: int,
+    on_turn: OnTurn | None = None,
+) -> Trajectory:
+    """One trajectory: turns until a stop rule holds, `cfg.turns` is reached or the context is full."""
+    traj = Trajectory(problem.key, group)
+    history: list[Attempt] = []
+    sampling = turn_sampling(cfg)
+    failed_in_a_row = 0
+    for t in range(cfg.turns):
+        built = builder.build(problem, history, cfg.episode.context_budget_tokens)
+        room = cfg.model.max_model_len - built.prompt_tokens
+        if room < 1:
+            traj.stop_reason = STOP_CONTEXT
+            break
+        params = replace(sampling, max_tokens=min(sampling.max_tokens, room),
+                         seed=request_seed(seed, problem.key, group, t))
+        completion = await queue.generate(GenerationRequest(built.ids, params))
+        cand = parse_response(completion.text, problem.key, builder.backend, cfg.episode.thinking)
+        if cand.code is None:
+            verdict = format_error_verdict(cand, cfg.episode.thinking)
+        else:
+            verdict = await evaluate(problem, cand.code, cand.backend)
+        turn = Turn(
+            index=t,
+            prompt_ids=list(built.ids),
+            response_ids=list(completion.token_ids),
+            response_text=completion.text,
+            logprobs=list(completion.logprobs),
+            # The engine says which adapter sampled it: an adapter sync in the middle of an episode
+            # (pipelined mode) must not leave later turns labelled with the old version.
+            policy_version=completion.policy_version if completion.policy_version is not None else policy_version,
+            candidate=cand,
+            verdict=verdict,
+            prompt_tokens=built.prompt_tokens,
+            dropped_attempts=built.dropped_attempts,
+        )
+        traj.turns.append(turn)
+        turn.score, turn.reward_components = score(turn, traj)
+        # The next prompt shows the code and the feedback; the thinking only with episode.keep_thinking.
+        history.append(Attempt(code=cand.code, feedback=feedback_of(verdict), thinking=cand.thinking))
+        failed_in_a_row = 0 if verdict.correct else failed_in_a_row + 1
+        reason = stop_reason_after(verdict, cfg.episode, failed_in_a_row)
+        if reason is None and t + 1 >= cfg.turns:
+            reason = STOP_MAX_TURNS
+        if reason is not None:
+            traj.stop_reason = reason
+        if on_turn is not None:
+            on_turn(traj, turn)
+        if reason is not None:
+            break
+    return traj
 
 
 async def run_episodes(
@@ -75,77 +146,17 @@ async def run_episodes(
     cfg: "KforgeConfig",
     policy_version: int,
     on_turn: OnTurn | None = None,
+    seed: int | None = None,
 ) -> list[Trajectory]:
-    """One trajectory per `(problem, group_index)` job, in job order."""
-    episodes = [_Episode(problem, Trajectory(problem.key, group)) for problem, group in jobs]
-    sampling = turn_sampling(cfg)
-    thinking = cfg.episode.thinking
-    max_len = cfg.model.max_model_len
-    active = list(episodes)
-    for t in range(cfg.turns):
-        if not active:
-            break
-        runnable: list[tuple[_Episode, list[int], int, int]] = []  # (episode, prompt ids, dropped, max tokens)
-        for ep in active:
-            built = builder.build(ep.problem, ep.history, cfg.episode.context_budget_tokens)
-            room = max_len - built.prompt_tokens
-            if room < 1:
-                ep.trajectory.stop_reason = STOP_CONTEXT
-                continue
-            runnable.append((ep, built.ids, built.dropped_attempts, min(sampling.max_tokens, room)))
-        requests = [
-            GenerationRequest(ids, replace(sampling, max_tokens=n))
-            for _, ids, _, n in runnable
-        ]
-        pending: dict[int, tuple[Candidate, "asyncio.Future[Verdict]"]] = {}
-
-        def submit(i: int, completion: Completion) -> None:
-            if i in pending:
-                return
-            ep = runnable[i][0]
-            cand = parse_response(completion.text, ep.problem.key, builder.backend, thinking)
-            if cand.code is None:
-                fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-                fut.set_result(format_error_verdict(cand, thinking))
-            else:
-                fut = asyncio.ensure_future(evaluate(ep.problem, cand.code, cand.backend))
-            pending[i] = (cand, fut)
-
-        completions = await backend.agenerate(requests, submit) if requests else []
-        for i, completion in enumerate(completions):  # backends that finished without calling back
-            submit(i, completion)
-        results = await asyncio.gather(*(pending[i][1] for i in range(len(completions))), return_exceptions=True)
-        for res in results:
-            if isinstance(res, BaseException):
-                raise res
-
-        still_active = []
-        for i, ((ep, ids, dropped, _), completion, verdict) in enumerate(zip(runnable, completions, results)):
-            assert isinstance(verdict, Verdict)
-            turn = Turn(
-                index=t,
-                prompt_ids=list(ids),
-                response_ids=list(completion.token_ids),
-                response_text=completion.text,
-                logprobs=list(completion.logprobs),
-                policy_version=policy_version,
-                candidate=pending[i][0],
-                verdict=verdict,
-                prompt_tokens=len(ids),
-                dropped_attempts=dropped,
-            )
-            ep.trajectory.turns.append(turn)
-            turn.score, turn.reward_components = score(turn, ep.trajectory)
-            # The next prompt shows the code and the feedback; the thinking of earlier turns is dropped.
-            ep.history.append(Attempt(code=turn.candidate.code if turn.candidate else None, feedback=feedback_of(verdict)))
-            reason = stop_reason_after(verdict, cfg.episode)
-            if reason is not None:
-                ep.trajectory.stop_reason = reason
-            elif t + 1 >= cfg.turns:
-                ep.trajectory.stop_reason = STOP_MAX_TURNS
-            else:
-                still_active.append(ep)
-            if on_turn is not None:
-                on_turn(ep.trajectory, turn)
-        active = still_active
-    return [ep.trajectory for ep in episodes]
+    """One trajectory per `(problem, group_index)` job, in job order; the chains run concurrently."""
+    queue = GenerationQueue(backend)
+    base_seed = cfg.dataset.seed if seed is None else seed
+    chains = [asyncio.ensure_future(run_episode(p, g, queue, builder, evaluate, score, cfg, policy_version,
+                                                base_seed, on_turn)) for p, g in jobs]
+    try:
+        return list(await asyncio.gather(*chains))
+    except BaseException:
+        for chain in chains:  # one failed chain ends the phase: no orphaned generations or evaluations
+            chain.cancel()
+        await asyncio.gather(*chains, return_exceptions=True)
+        raise

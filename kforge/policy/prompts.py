@@ -17,7 +17,7 @@ from kforge.problems.record import Problem
 if TYPE_CHECKING:
     from kforge.config.schema import KforgeConfig
 
-PROMPT_OPTIONS = ("zero_shot", "one_shot", "few_shot", "raicl")
+PROMPT_OPTIONS = ("zero_shot", "one_shot", "few_shot", "raicl", "compact")
 FEW_SHOT_K = 3
 KERNEL_OPEN, KERNEL_CLOSE = "<KERNEL>", "</KERNEL>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -33,6 +33,7 @@ class Attempt:
 
     code: str | None
     feedback: str
+    thinking: str | None = None  # the attempt's <think> text; shown only with keep_thinking
 
 
 @dataclass
@@ -97,6 +98,33 @@ def system_prompt(backend: str, thinking: bool) -> str:
     return "\n".join(lines)
 
 
+# The compact option: a few lines of instructions and the shape of the answer instead of the full rules and
+# worked examples. On a CPU the prompt's prefill is a large part of a step: with the Add problem the
+# zero-shot prompt is 551 SmolLM2 tokens, this one 375.
+COMPACT_SYSTEM = (
+    "You write GPU kernels. Given a PyTorch `Model`, write `ModelNew` with the same constructor and forward "
+    "signature that computes the same result with {how}. Answer with the whole module in exactly this form "
+    "and nothing else:"
+)
+COMPACT_HOW = {"triton": "Triton kernels (`@triton.jit`)", "cuda": "CUDA kernels compiled with `load_inline`"}
+COMPACT_SKELETON = {
+    "triton": "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n"
+              "@triton.jit\ndef kernel(...):\n    ...\n\nclass ModelNew(nn.Module):\n    ...",
+    "cuda": "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+            "ext = load_inline(...)\n\nclass ModelNew(nn.Module):\n    ...",
+}
+
+
+def compact_system_prompt(backend: str, thinking: bool) -> str:
+    if backend not in COMPACT_HOW:
+        raise PromptError(f"kernel backend {backend!r} is not one of {', '.join(COMPACT_HOW)}")
+    lines = [COMPACT_SYSTEM.format(how=COMPACT_HOW[backend])]
+    if thinking:
+        lines.append(f"{THINK_OPEN}your reasoning{THINK_CLOSE}")
+    lines.append(format_answer(COMPACT_SKELETON[backend]))
+    return "\n".join(lines)
+
+
 def format_answer(code: str) -> str:
     """The answer exactly as the model should write it (used for examples)."""
     return f"{KERNEL_OPEN}\n```python\n{code.strip()}\n```\n{KERNEL_CLOSE}"
@@ -140,7 +168,12 @@ class PromptBuilder:
     """Builds the token ids of one turn's prompt.
 
     option: zero_shot | one_shot | few_shot (examples from `examples`, else the built-in suite's reference
-    solutions) | raicl (examples from `retriever`). The asked problem is never among its own examples.
+    solutions) | raicl (examples from `retriever`) | compact (short instructions and an answer skeleton, no
+    examples). The asked problem is never among its own examples.
+
+    keep_thinking: the latest earlier attempt is shown with its ``<think>`` text (when it had one), so the
+    model continues its own reasoning; older attempts show only code and feedback (context budget). Off,
+    earlier thinking is dropped (Kevin-32B's choice: the context then holds more attempts).
     """
 
     def __init__(
@@ -154,6 +187,7 @@ class PromptBuilder:
         retriever: ExampleRetriever | None = None,
         k: int | None = None,
         chat_template: str | None = None,
+        keep_thinking: bool = False,
     ) -> None:
         if option not in PROMPT_OPTIONS:
             raise PromptError(f"prompt option {option!r} is not one of {', '.join(PROMPT_OPTIONS)}")
@@ -167,14 +201,15 @@ class PromptBuilder:
         self.backend = backend
         self.thinking = thinking
         self.retriever = retriever
-        self.k = k if k is not None else {"zero_shot": 0, "one_shot": 1, "few_shot": FEW_SHOT_K, "raicl": 3}[option]
+        self.k = k if k is not None else {"zero_shot": 0, "one_shot": 1, "few_shot": FEW_SHOT_K, "raicl": 3, "compact": 0}[option]
+        self.keep_thinking = keep_thinking
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
             name = getattr(tokenizer, "name_or_path", "the model")
             raise PromptError(
                 f"tokenizer of {name} has no chat template; set model.chat_template to a Jinja chat template"
             )
-        self.system = system_prompt(backend, thinking)
+        self.system = compact_system_prompt(backend, thinking) if option == "compact" else system_prompt(backend, thinking)
         self._pool = examples
         self._cache: dict[str, list[Example]] = {}
 
@@ -196,6 +231,7 @@ class PromptBuilder:
             retriever=retriever,
             k=cfg.dataset.raicl_k if option == "raicl" else None,
             chat_template=cfg.model.chat_template,
+            keep_thinking=cfg.episode.keep_thinking,
         )
 
     # ------------------------------------------------------------------ examples
@@ -238,12 +274,16 @@ class PromptBuilder:
             for n, attempt in enumerate(history, first):
                 code = _fence(attempt.code) if attempt.code else "(no kernel could be read from the answer)"
                 feedback = attempt.feedback.strip() or "(no feedback)"
-                lines.append(f"### Attempt {n}\n{code}\nEvaluation: {feedback}")
+                thought = (attempt.thinking or "").strip() if self.keep_thinking and n == first + len(history) - 1 else ""
+                reasoning = f"Your reasoning:\n{THINK_OPEN}{thought}{THINK_CLOSE}\n" if thought else ""
+                lines.append(f"### Attempt {n}\n{reasoning}{code}\nEvaluation: {feedback}")
             parts.append("\n\n".join(lines))
             parts.append(
                 "Write an improved `ModelNew`: fix what failed, or make a correct kernel faster. "
                 f"Answer in the same format: the complete module inside {KERNEL_OPEN}...{KERNEL_CLOSE}."
             )
+        elif self.option == "compact":
+            parts.append(f"Answer now, starting with {KERNEL_OPEN}.")
         else:
             parts.append(f"Answer with the complete module inside {KERNEL_OPEN}...{KERNEL_CLOSE}.")
         return "\n\n".join(parts)

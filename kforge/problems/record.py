@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
+
+# KernelBench level 4 names the hub model its reference loads as `model_name = "gpt2"` at module level.
+_HUB_MODEL = re.compile(r"""^model_name\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,16 @@ class Problem:
     @property
     def key(self) -> str:
         return f"{self.level}/{self.problem_id}"
+
+    @property
+    def hub_models(self) -> tuple[str, ...]:
+        """Hugging Face models the reference downloads when it runs (KernelBench level 4); () for most.
+
+        Such a problem cannot run on a machine that has neither the network nor the models cached.
+        """
+        if "from_pretrained" not in self.code:
+            return ()
+        return tuple(dict.fromkeys(_HUB_MODEL.findall(self.code))) or ("(a model named in its code)",)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -112,6 +112,13 @@ def problems_from_config(dataset_cfg: "DatasetConfig") -> list[Problem]:
     return selected
 
 
+def training_keys(dataset_cfg: "DatasetConfig") -> set[str]:
+    """The LEVEL/ID keys a run with this `dataset` section trains on (its split, exactly as `kforge train`
+    draws it); every other problem is held out from that run."""
+    train, _ = split_problems(problems_from_config(dataset_cfg), dataset_cfg.test_fraction, dataset_cfg.seed)
+    return {p.key for p in train}
+
+
 def _split_rank(seed: int, problem: Problem) -> str:
     # sha256 rather than hash(): Python salts str hashes per process, and splits must survive restarts.
     return hashlib.sha256(f"{seed}|{problem.key}".encode()).hexdigest()

@@ -3,7 +3,8 @@
 `load_problems(source)` is the one entry point. A source is one of:
 
 - ``builtin``: the small suite under ``kforge/problems/builtin`` (each with a reference Triton solution);
-- ``kernelbench``: a KernelBench checkout found through the ``KERNELBENCH_ROOT`` environment variable;
+- ``kernelbench``: KernelBench, found through ``KERNELBENCH_ROOT``, an installed ``kernelbench`` package or
+  the cache that ``kforge problems fetch kernelbench`` fills (order and details in ``kernelbench.py``);
 - ``hf`` (or ``hf:<dataset>``): the ``ScalingIntelligence/KernelBench`` dataset, through the optional
   ``datasets`` package and the internet;
 - a path: a ``.jsonl`` file of ``{level, problem_id, name, code}`` rows, or a KernelBench checkout folder
@@ -35,7 +36,7 @@ _REQUIRED_FIELDS = ("level", "problem_id", "name", "code")
 _OTHER_WAYS = (
     "get the problems another way: a .jsonl file of {level, problem_id, name, code} rows, or a KernelBench "
     "checkout (git clone https://github.com/ScalingIntelligence/KernelBench) passed as the source or "
-    f"through {KERNELBENCH_ENV} with source=kernelbench"
+    f"through {KERNELBENCH_ENV} with source=kernelbench, or `kforge problems fetch kernelbench --via git`"
 )
 
 
@@ -54,7 +55,9 @@ def load_problems(source: str, levels: list[int] | None = None) -> list[Problem]
     if spec.lower() == "builtin":
         problems = builtin_problems()
     elif spec.lower() == "kernelbench":
-        problems = _load_from_env(wanted)
+        from kforge.problems.kernelbench import locate  # it builds on this module
+
+        problems = load_kernelbench_folder(locate().path, wanted)
     elif kind == "kernelbench" and arg:
         problems = load_kernelbench_folder(Path(arg).expanduser(), wanted)
     elif spec.lower() == "hf":
@@ -97,8 +100,8 @@ def load_kernelbench_folder(root: Path, levels: set[int] | None = None) -> list[
     """Problems from a KernelBench checkout: `<root>/KernelBench/levelN/*.py` or `<root>/levelN/*.py`."""
     if not root.is_dir():
         raise ProblemSourceError(f"KernelBench folder {root} does not exist: give the root of a KernelBench checkout")
-    base = root / "KernelBench" if _level_dirs(root / "KernelBench") else root
-    if not _level_dirs(base):
+    base = root / "KernelBench" if level_dirs(root / "KernelBench") else root
+    if not level_dirs(base):
         raise ProblemSourceError(
             f"no levelN folders in {root}: expected {root}/KernelBench/levelN/*.py or {root}/levelN/*.py"
         )
@@ -106,8 +109,10 @@ def load_kernelbench_folder(root: Path, levels: set[int] | None = None) -> list[
     return sorted(problems, key=lambda p: (p.level, p.problem_id))
 
 
-def load_hf(dataset: str = HF_DATASET, levels: set[int] | None = None) -> list[Problem]:
-    """Problems from the Hugging Face dataset (splits level_1..level_4); needs `datasets` and the internet."""
+def load_hf(dataset: str = HF_DATASET, levels: set[int] | None = None, revision: str | None = None) -> list[Problem]:
+    """Problems from the Hugging Face dataset (splits level_1..level_4); needs `datasets` and the internet.
+
+    `revision` pins the dataset's commit (what `kforge problems fetch` records)."""
     try:
         import datasets  # optional: kforge never depends on it
     except ImportError:
@@ -118,7 +123,8 @@ def load_hf(dataset: str = HF_DATASET, levels: set[int] | None = None) -> list[P
     for level in sorted(levels) if levels is not None else HF_LEVELS:
         split = f"level_{level}"
         try:
-            rows: Iterable[dict[str, Any]] = datasets.load_dataset(dataset, split=split)
+            pin = {"revision": revision} if revision else {}
+            rows: Iterable[dict[str, Any]] = datasets.load_dataset(dataset, split=split, **pin)
         except Exception as exc:  # offline, unknown split, hub error: all end the same way for the user
             reason = _first_line(exc)
             raise ProblemSourceError(
@@ -128,16 +134,6 @@ def load_hf(dataset: str = HF_DATASET, levels: set[int] | None = None) -> list[P
         for index, row in enumerate(rows):
             problems.append(_problem_from_row(row, source=f"hf:{dataset}", where=f"{dataset}[{split}][{index}]"))
     return problems
-
-
-def _load_from_env(levels: set[int] | None) -> list[Problem]:
-    root = os.environ.get(KERNELBENCH_ENV, "").strip()
-    if not root:
-        raise ProblemSourceError(
-            f"source kernelbench needs {KERNELBENCH_ENV}=<KernelBench checkout>, or pass the checkout folder "
-            "itself as the source"
-        )
-    return load_kernelbench_folder(Path(root).expanduser(), levels)
 
 
 def _load_path(path: Path, levels: set[int] | None) -> list[Problem]:
@@ -156,7 +152,7 @@ def _load_path(path: Path, levels: set[int] | None) -> list[Problem]:
 def _load_levels(base: Path, levels: set[int] | None, source: str, with_solutions: bool) -> list[Problem]:
     """Read `<base>/levelN/<id>_<Name>.py`; with_solutions also reads `<base>/levelN/solutions/<same name>`."""
     problems: list[Problem] = []
-    for level, folder in _level_dirs(base):
+    for level, folder in level_dirs(base):
         if levels is not None and level not in levels:
             continue
         by_id: dict[int, Path] = {}
@@ -185,7 +181,7 @@ def _load_levels(base: Path, levels: set[int] | None, source: str, with_solution
     return problems
 
 
-def _level_dirs(base: Path) -> list[tuple[int, Path]]:
+def level_dirs(base: Path) -> list[tuple[int, Path]]:
     if not base.is_dir():
         return []
     found = []

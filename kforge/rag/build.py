@@ -16,7 +16,6 @@ from kforge.rag.corpus import (
     Corpus,
     CorpusEntry,
     dedupe,
-    hub_reachable,
     load_corpus,
 )
 from kforge.rag.embed import Embedder, Progress
@@ -37,6 +36,7 @@ class CorpusStats:
     kept: int  # entries of this corpus that made it into the index
     skipped: dict[str, int]
     digest: str
+    error: str | None = None  # why a requested corpus could not be read (only with allow_partial)
 
 
 @dataclass
@@ -54,14 +54,9 @@ class BuildReport:
     notes: list[str] = field(default_factory=list)
 
 
-def default_corpora(backend: str) -> tuple[list[str], list[str]]:
-    """(specs, notes): the built-in suite, plus the backend's hub corpus when the hub can be reached."""
-    specs = ["builtin"]
-    hub = DEFAULT_HUB_CORPUS[backend]
-    if hub_reachable():
-        specs.append(hub)
-        return specs, []
-    return specs, [f"hub corpus {hub} skipped (no `datasets` package or HF_HUB_OFFLINE set): built-in suite only"]
+def default_corpora(backend: str) -> list[str]:
+    """The corpora a build requests when none is named: the built-in suite and the backend's hub corpus."""
+    return ["builtin", DEFAULT_HUB_CORPUS[backend]]
 
 
 def build_index(
@@ -74,11 +69,13 @@ def build_index(
     leak_threshold: float = DEFAULT_LEAK_THRESHOLD,
     progress: Progress | None = None,
     stage: Callable[[str], None] | None = None,
+    allow_partial: bool = False,
 ) -> BuildReport:
     """Build the example index for `backend` into `out_dir` and return what happened.
 
-    corpora: corpus specs (see kforge.rag.corpus); None = the defaults of `default_corpora`, where a
-    hub corpus that fails to load is skipped with a note instead of failing the build.
+    corpora: corpus specs (see kforge.rag.corpus); None = `default_corpora` (built-in + the hub corpus).
+    allow_partial: a requested corpus that cannot be read (offline hub, missing package) is reported and
+    left out instead of failing the build; the built-in suite is never optional.
     protect: the problems the leak guard protects; None turns the guard off (the CLI passes the test
     split of the configured problems unless --no-leak-guard).
     progress: called with (done, total) while embedding. stage: called with the name of each step.
@@ -90,18 +87,24 @@ def build_index(
     notes: list[str] = []
     t0 = time.perf_counter()
 
-    explicit = corpora is not None and len(corpora) > 0
-    specs, default_notes = (list(corpora), []) if explicit else default_corpora(backend)  # type: ignore[arg-type]
-    notes.extend(default_notes)
+    specs = list(corpora) if corpora else default_corpora(backend)
     loaded: list[Corpus] = []
+    missing: list[CorpusStats] = []
     for spec in specs:
         say(f"reading corpus {spec}")
         try:
             loaded.append(load_corpus(spec))
         except RagError as exc:
-            if explicit or spec == "builtin":
+            # Quietly indexing less than was asked for gives weaker prompts nobody notices: fail unless told.
+            if spec == "builtin":
                 raise
-            notes.append(f"corpus {spec} skipped: {exc}")
+            if not allow_partial:
+                raise RagError(
+                    f"corpus {spec} could not be read, so nothing was built: {exc} (or build from the other "
+                    "corpora with --allow-partial)"
+                ) from None
+            notes.append(f"corpus {spec} left out (--allow-partial): {exc}")
+            missing.append(CorpusStats(spec, spec, 0, 0, 0, {}, "", error=str(exc)))
     seconds["load"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -146,7 +149,7 @@ def build_index(
     stats = [
         CorpusStats(c.spec, c.source, c.rows, len(c.entries), kept_per_corpus[i], dict(c.skipped), c.digest)
         for i, c in enumerate(loaded)
-    ]
+    ] + missing
     out = Path(out_dir)
     manifest = {
         "format_version": FORMAT_VERSION,

@@ -26,7 +26,6 @@ kernels per task only the fastest correct one is kept.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -321,12 +320,3 @@ def _as_float(value: Any) -> float:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else "no details"
-
-
-def hub_reachable() -> bool:
-    """Whether a hub corpus is worth trying: `datasets` installed and the hub not switched off."""
-    import importlib.util
-
-    if importlib.util.find_spec("datasets") is None:
-        return False
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("", "0", "false", "no")

@@ -1,12 +1,8 @@
-"""Generation backends behind one interface: `hf` (transformers) and `vllm` (engine in a worker process)."""
+"""Generation backends behind one interface: `hf` (transformers) and `vllm` (engine in a worker process).
 
-from kforge.rollout.base import (
-    BackendError,
-    Completion,
-    GenerationRequest,
-    RolloutBackend,
-    SamplingParams,
-    make_backend,
-)
+`kforge.rollout.factory.make_backend` picks and builds one; this package's root imports no backend.
+"""
 
-__all__ = ["BackendError", "Completion", "GenerationRequest", "RolloutBackend", "SamplingParams", "make_backend"]
+from kforge.rollout.base import BackendError, Completion, GenerationRequest, RolloutBackend, SamplingParams
+
+__all__ = ["BackendError", "Completion", "GenerationRequest", "RolloutBackend", "SamplingParams"]

@@ -1,4 +1,4 @@
-"""The one interface every generation backend implements, and the factory that picks one.
+"""The one interface every generation backend implements (the factory that picks one is `factory.py`).
 
 Backends take token ids, not text: the prompt builder owns the chat template, so the ids a turn was
 trained on are exactly the ids the engine saw.
@@ -13,8 +13,6 @@ plainly `log_softmax(logits / temperature)`; the learner computes its log-probs 
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
@@ -33,7 +31,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1  # -1 (or 0) = off
     stop: list[str] = field(default_factory=list)  # generation ends after the text contains one of these
-    seed: int | None = None  # vLLM: per request; hf: seeds the batch (requests with other seeds batch apart)
+    seed: int | None = None  # per request: its tokens do not depend on the other requests of a batch
 
     @property
     def greedy(self) -> bool:
@@ -41,7 +39,7 @@ class SamplingParams:
 
     def key(self) -> tuple[Any, ...]:
         """Requests with equal keys can share one batched call of an engine that takes one setting."""
-        return (self.max_tokens, self.temperature, self.top_p, self.top_k, tuple(self.stop), self.seed)
+        return (self.max_tokens, self.temperature, self.top_p, self.top_k, tuple(self.stop))
 
 
 @dataclass
@@ -56,6 +54,7 @@ class Completion:
     text: str  # decode(token_ids) without special tokens; a matched stop string stays in the text
     logprobs: list[float]  # one per token id, see the convention above
     finish_reason: str  # "stop" (EOS or a stop string) | "length"
+    policy_version: int | None = None  # adapter version the engine sampled with (None: not known)
 
 
 OnCompletion = Callable[[int, Completion], None]
@@ -64,6 +63,9 @@ OnCompletion = Callable[[int, Completion], None]
 @runtime_checkable
 class RolloutBackend(Protocol):
     tokenizer: Any
+    # True: the engine schedules requests itself, so `agenerate` may be called again while earlier calls
+    # run (vLLM takes requests one by one). False: one call at a time; callers batch what is ready.
+    concurrent: bool
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         """Completions in request order."""
@@ -88,61 +90,6 @@ class RolloutBackend(Protocol):
     def wake(self) -> None: ...
 
     def close(self) -> None: ...
-
-
-async def run_in_thread(
-    backend_generate: Callable[[list[GenerationRequest]], list[Completion]],
-    requests: list[GenerationRequest],
-    on_completion: OnCompletion | None,
-) -> list[Completion]:
-    """`agenerate` for a backend whose `generate` returns everything at once."""
-    outs = await asyncio.to_thread(backend_generate, requests)
-    if on_completion is not None:
-        for i, out in enumerate(outs):
-            on_completion(i, out)
-    return outs
-
-
-def vllm_available() -> bool:
-    """vLLM is installed (found without importing it: its import takes ~30 s and belongs in the worker)."""
-    return importlib.util.find_spec("vllm") is not None
-
-
-def cuda_available() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # a broken driver reads as no GPU
-        return False
-
-
-def choose_backend(requested: str) -> str:
-    """'auto' -> 'vllm' when vLLM is installed and a GPU is present, else 'hf'."""
-    if requested == "auto":
-        return "vllm" if vllm_available() and cuda_available() else "hf"
-    if requested == "vllm" and not vllm_available():
-        raise BackendError("rollout.backend=vllm but vLLM is not installed: pip install 'kforge[gpu]', or set rollout.backend=hf")
-    if requested == "vllm" and not cuda_available():
-        raise BackendError("rollout.backend=vllm needs a CUDA GPU and none is visible; set rollout.backend=hf")
-    if requested not in ("vllm", "hf"):
-        raise BackendError(f"rollout.backend={requested!r} is not one of auto, vllm, hf")
-    return requested
-
-
-def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, **kwargs: Any) -> RolloutBackend:
-    """The configured backend on `devices`: logical GPU indices as this process sees them, i.e. positions in
-    CUDA_VISIBLE_DEVICES when that is set (the vLLM worker maps them to physical ids for its own
-    CUDA_VISIBLE_DEVICES). None: the hf backend takes GPU 0 when there is one, the vLLM worker the GPUs
-    this process sees. Extra keyword arguments go to the backend's constructor."""
-    kind = choose_backend(cfg.rollout.backend)
-    if kind == "vllm":
-        from kforge.rollout.vllm_worker import VLLMBackend
-
-        return VLLMBackend.from_config(cfg, devices, **kwargs)
-    from kforge.rollout.hf import HFBackend
-
-    return HFBackend.from_config(cfg, devices, **kwargs)
 
 
 def sampling_from_config(cfg: "KforgeConfig", stop: list[str] | None = None, max_tokens: int | None = None) -> SamplingParams:

@@ -6,7 +6,10 @@ learner's in-process model (`HFBackend.from_model`).
 Sampling is done by one logits processor of ours (`_SampleProcessor`) that applies
 `kforge.rollout.logprobs.process_logits` (temperature, top-k, top-p) and records the log-prob of each
 sampled token from the very scores it was sampled from; transformers' own warpers are switched off
-(temperature 1, top_k 0, top_p 1) so nothing else reshapes the distribution. Memory stays at one
+(temperature 1, top_k 0, top_p 1) so nothing else reshapes the distribution. Requests with a seed are
+sampled row by row from their own generator (the processor picks the token and generate() takes it
+greedily), so a request's tokens do not depend on which other requests share its batch: the episode
+engine batches whatever is ready, and a resumed run must still redo the same samples. Memory stays at one
 `(batch, vocab)` row per step instead of the whole score history. EOS and stop strings are tracked by
 our own stopping criterion, which knows exactly where each row ended.
 """
@@ -24,6 +27,8 @@ from kforge.rollout.logprobs import process_logits
 
 class HFBackend:
     """`RolloutBackend` over a transformers causal LM."""
+
+    concurrent = False  # one generate() at a time: callers batch whatever is ready
 
     def __init__(
         self,
@@ -117,6 +122,8 @@ class HFBackend:
         if self._asleep:
             raise BackendError("hf backend: generate() called while asleep; call wake() first")
         params = batch[0].sampling
+        seeds = [r.sampling.seed for r in batch]
+        row_seeded = not params.greedy and all(seed is not None for seed in seeds)
         if any(not r.prompt_ids for r in batch):
             raise BackendError("hf backend: a generation request has an empty prompt")
         width = max(len(r.prompt_ids) for r in batch)
@@ -125,14 +132,14 @@ class HFBackend:
         for row, req in enumerate(batch):  # left padding: every prompt ends at the last column
             ids[row, width - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids, dtype=torch.long)
             mask[row, width - len(req.prompt_ids) :] = 1
-        sampler = _SampleProcessor(params)
+        sampler = _SampleProcessor(params, seeds if row_seeded else None)
         stopper = _StopTracker(self.tokenizer, self._eos_ids, params.stop, width, len(batch))
         config = GenerationConfig(
             max_new_tokens=params.max_tokens,
-            do_sample=not params.greedy,
+            do_sample=not params.greedy and not row_seeded,
             # transformers' own warpers stay off; _SampleProcessor does temperature/top-k/top-p.
             temperature=1.0,
-            top_k=None if params.greedy else 0,  # greedy: the default, which generate() then ignores
+            top_k=None if params.greedy or row_seeded else 0,  # None: the default, which greedy generate() ignores
             top_p=1.0,
             min_p=None,
             typical_p=1.0,
@@ -145,11 +152,12 @@ class HFBackend:
             return_dict_in_generate=True,
         )
         with self._lock, torch.inference_mode():
+            version = self.version  # under the lock: an adapter load cannot land mid-batch
             # A shared learner model may be in training mode: dropout off and the KV cache on while sampling.
             was_training = self.model.training
             self.model.eval()
             try:
-                if params.seed is not None:
+                if params.seed is not None and not row_seeded:
                     torch.manual_seed(params.seed)
                 result = self.model.generate(
                     input_ids=ids.to(self.device),
@@ -178,6 +186,7 @@ class HFBackend:
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                     logprobs=logprobs[row, :n].tolist(),
                     finish_reason=finish,
+                    policy_version=version,
                 )
             )
         return completions
@@ -245,17 +254,34 @@ class _SampleProcessor:
     the argmax of), and records log p(sampled token) under them. Call k sees the token sampled at step k-1
     as the last column of `input_ids`; the final step's token is read from the returned sequences."""
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, row_seeds: list[int | None] | None = None) -> None:
         self.params = params
         self.prev_logp: Any = None
         self.values: list[Any] = []
+        self.row_seeds = row_seeds
+        self._generators: list[Any] | None = None
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         if self.prev_logp is not None:
             self.values.append(self.prev_logp.gather(-1, input_ids[:, -1:]).squeeze(-1))
         processed = process_logits(scores, self.params.temperature, self.params.top_k, self.params.top_p)
         self.prev_logp = processed.log_softmax(dim=-1)
-        return processed
+        if self.row_seeds is None:
+            return processed
+        return self._pick_per_row(processed)
+
+    def _pick_per_row(self, processed: Any) -> Any:
+        """Sample each row from its own seeded generator; the returned scores leave generate() one choice."""
+        import torch
+
+        if self._generators is None:
+            self._generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in self.row_seeds or []]
+        probs = self.prev_logp.float().exp().cpu()
+        picks = [int(torch.multinomial(probs[row], 1, generator=g)) for row, g in enumerate(self._generators)]
+        forced = torch.full_like(processed, float("-inf"))
+        rows = torch.arange(len(picks), device=processed.device)
+        forced[rows, torch.tensor(picks, device=processed.device)] = 0.0
+        return forced
 
     def finish(self, generated: Any) -> Any:
         """`(batch, steps)` log-probs aligned with the generated tokens."""

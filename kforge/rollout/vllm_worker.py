@@ -1,84 +1,79 @@
-"""The vLLM backend: the engine lives in its own process on its own GPU set; requests travel over a Pipe.
+"""The vLLM backend: an async vLLM engine in its own process on its own GPU set, served by `kforge.served`.
 
-Why a process: vLLM must see only the rollout GPUs (CUDA_VISIBLE_DEVICES has to be set before torch or
-vLLM initialise CUDA in that process), its import and CUDA state must not leak into the trainer, and a
-crash there must not take the run down with it. The child is started with `spawn` and the variables are
-put in the environment the child is executed with, so nothing imported before our code runs (the
-parent's main module is re-imported by spawn) can initialise CUDA on the wrong devices.
+Why a process: vLLM must see only the rollout GPUs (CUDA_VISIBLE_DEVICES is set before torch or vLLM
+initialise CUDA there), its import and CUDA state must not leak into the trainer, and a crash there must
+not take the run down with it. `kforge.served` gives the ready handshake, liveness checks, the child's
+last words on a crash and an ordered close (the same machinery runs the learner process).
+
+No turn barrier: the engine is vLLM's async engine and every request is its own call, several in flight
+at once; the engine batches them itself, so a trajectory whose verdict came back gets its next turn
+generated while others are still being sampled or evaluated.
 
 Weight sync: every `load_adapter` registers the PEFT folder under a new integer LoRA id (never reused:
 vLLM caches adapters and prefixes by id) and resets the prefix cache, so no cached KV computed with older
-weights is reused. Log-probs are vLLM's `processed_logprobs` (see `kforge.rollout.base`).
+weights is reused. Each completion carries the adapter version it was sampled with. Log-probs are vLLM's
+`processed_logprobs` (see `kforge.rollout.base`).
 
-`VLLMEngine` is the only code that touches vLLM; the serving loop `_serve` speaks to any object with its
-methods, which is how the process and pipe protocol are tested on machines without a GPU.
+`VLLMEngine` is the only code that touches vLLM; the process and the protocol speak to any object with
+its methods, which is how they are tested on machines without a GPU.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
-import importlib
 import importlib.util
-import multiprocessing as mp
+import itertools
 import os
-import threading
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
-from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion, run_in_thread
+from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
+from kforge.served import ServedError, ServedProcess
 
 DEFAULT_ENGINE = "kforge.rollout.vllm_worker:VLLMEngine"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-_ENV_LOCK = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------- child side
 class VLLMEngine:
-    """Thin wrapper over `vllm.LLM`, constructed inside the worker process."""
+    """Thin wrapper over vLLM's async engine, constructed inside the worker process (in its event loop)."""
 
     def __init__(self, **engine_kwargs: Any) -> None:
-        from vllm import LLM
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
 
-        self.llm = LLM(**engine_kwargs)
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs))
+        self._ids = itertools.count()
 
-    def generate(self, requests: list[dict[str, Any]], lora: tuple[str, int, str] | None) -> list[dict[str, Any]]:
+    async def generate(self, request: dict[str, Any], lora: tuple[str, int, str] | None) -> dict[str, Any]:
         from vllm import SamplingParams as VSamplingParams
 
-        prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in requests]
-        params = []
-        for r in requests:
-            s = r["sampling"]
-            kwargs: dict[str, Any] = dict(
-                n=1,
-                max_tokens=s["max_tokens"],
-                temperature=s["temperature"],
-                top_p=s["top_p"],
-                seed=s["seed"],
-                logprobs=0,  # the sampled token's log-prob only
-                include_stop_str_in_output=True,  # text stays the decode of token_ids
-                skip_special_tokens=True,
-            )
-            if s["top_k"] and s["top_k"] > 0:  # "off" is spelled differently across vLLM versions: omit it
-                kwargs["top_k"] = s["top_k"]
-            if s["stop"]:
-                kwargs["stop"] = list(s["stop"])
-            params.append(VSamplingParams(**kwargs))
-        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request(lora))
-        results = []
-        for out in outs:
-            o = out.outputs[0]
-            token_ids = list(o.token_ids)
-            results.append(
-                {
-                    "token_ids": token_ids,
-                    "text": o.text,
-                    "logprobs": sampled_logprobs_of(token_ids, o.logprobs),
-                    "finish_reason": "length" if o.finish_reason == "length" else "stop",
-                }
-            )
-        return results
+        s = request["sampling"]
+        kwargs: dict[str, Any] = dict(
+            n=1,
+            max_tokens=s["max_tokens"],
+            temperature=s["temperature"],
+            top_p=s["top_p"],
+            seed=s["seed"],
+            logprobs=0,  # the sampled token's log-prob only
+            include_stop_str_in_output=True,  # text stays the decode of token_ids
+            skip_special_tokens=True,
+        )
+        if s["top_k"] and s["top_k"] > 0:  # "off" is spelled differently across vLLM versions: omit it
+            kwargs["top_k"] = s["top_k"]
+        if s["stop"]:
+            kwargs["stop"] = list(s["stop"])
+        final = None
+        async for out in self.engine.generate({"prompt_token_ids": request["prompt_ids"]}, VSamplingParams(**kwargs),
+                                              f"kforge-{next(self._ids)}", lora_request=self._lora_request(lora)):
+            final = out
+        if final is None:
+            raise BackendError("vLLM returned no output for a request")
+        o = final.outputs[0]
+        token_ids = list(o.token_ids)
+        return {"token_ids": token_ids, "text": o.text, "logprobs": sampled_logprobs_of(token_ids, o.logprobs),
+                "finish_reason": "length" if o.finish_reason == "length" else "stop"}
 
     @staticmethod
     def _lora_request(lora: tuple[str, int, str] | None) -> Any:
@@ -89,35 +84,28 @@ class VLLMEngine:
         name, int_id, path = lora
         return LoRARequest(name, int_id, path)
 
-    def load_lora(self, lora: tuple[str, int, str]) -> None:
-        """Load now (a one-token request), so that a bad adapter fails here and the LoRA kernels' first-use
-        compilation is not billed to the next rollout."""
-        from vllm import SamplingParams as VSamplingParams
+    async def load_lora(self, lora: tuple[str, int, str]) -> None:
+        """Load now, so that a bad adapter fails here and not in the next rollout."""
+        await self.engine.add_lora(self._lora_request(lora))
 
-        self.llm.generate(
-            [{"prompt_token_ids": [0]}],
-            VSamplingParams(max_tokens=1, temperature=0.0),
-            use_tqdm=False,
-            lora_request=self._lora_request(lora),
-        )
-
-    def remove_lora(self, int_id: int) -> None:
-        engine = getattr(self.llm, "llm_engine", None)
+    async def remove_lora(self, int_id: int) -> None:
         try:
-            if engine is not None and hasattr(engine, "remove_lora"):
-                engine.remove_lora(int_id)
+            await self.engine.remove_lora(int_id)
         except Exception:  # already evicted from the engine's LRU: nothing to free
             pass
 
-    def reset_prefix_cache(self) -> None:
-        self.llm.reset_prefix_cache()
+    async def reset_prefix_cache(self) -> None:
+        await self.engine.reset_prefix_cache()
 
-    def sleep(self, level: int = 1) -> None:
-        self.llm.sleep(level=level)
+    async def sleep(self, level: int = 1) -> None:
+        await self.engine.sleep(level)
 
-    def wake(self) -> None:
-        self.llm.wake_up()
-        self.llm.reset_prefix_cache()  # the KV cache was discarded while asleep
+    async def wake(self) -> None:
+        await self.engine.wake_up()
+        await self.engine.reset_prefix_cache()  # the KV cache was discarded while asleep
+
+    def close(self) -> None:
+        self.engine.shutdown()
 
 
 def sampled_logprobs_of(token_ids: list[int], logprobs: Any) -> list[float]:
@@ -132,62 +120,7 @@ def sampled_logprobs_of(token_ids: list[int], logprobs: Any) -> list[float]:
     return out
 
 
-def _resolve(spec: str) -> Any:
-    module, _, name = spec.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _serve(conn: Any, env: dict[str, str], log_path: str | None, engine_spec: str, engine_kwargs: dict[str, Any]) -> None:
-    """The worker process: build the engine, then answer (op, kwargs) messages until 'close'."""
-    os.environ.update(env)  # also set at spawn time; repeated for engines started another way
-    if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-    try:
-        engine = _resolve(engine_spec)(**engine_kwargs)
-    except BaseException:
-        conn.send(("error", _short_traceback()))
-        return
-    conn.send(("ok", {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}))
-    while True:
-        try:
-            op, kwargs = conn.recv()
-        except EOFError:  # the parent is gone
-            return
-        if op == "close":
-            conn.send(("ok", None))
-            return
-        try:
-            conn.send(("ok", getattr(engine, op)(**kwargs)))
-        except BaseException:
-            conn.send(("error", _short_traceback()))
-
-
-def _short_traceback(lines: int = 12) -> str:
-    text = traceback.format_exc().strip().splitlines()
-    return "\n".join(text[-lines:])
-
-
 # --------------------------------------------------------------------------------------------- parent side
-def visible_devices_for(devices: list[int] | None, parent_visible: str | None) -> str | None:
-    """CUDA_VISIBLE_DEVICES for the child: `devices` index the GPUs the parent sees."""
-    if devices is None:
-        return parent_visible
-    if parent_visible:
-        physical = [d.strip() for d in parent_visible.split(",") if d.strip()]
-        try:
-            return ",".join(physical[i] for i in devices)
-        except IndexError:
-            raise BackendError(
-                f"rollout GPUs {devices} are not all visible (CUDA_VISIBLE_DEVICES={parent_visible})"
-            ) from None
-    return ",".join(str(i) for i in devices)
-
-
 def lora_rank_for(rank: int) -> int:
     """The smallest max_lora_rank vLLM accepts that holds `rank`."""
     try:
@@ -220,7 +153,7 @@ def engine_kwargs_from_config(cfg: Any, devices: list[int] | None) -> dict[str, 
         enable_sleep_mode=cfg.rollout.sleep_between_phases,
         enable_lora=True,
         max_lora_rank=lora_rank_for(cfg.lora.rank),
-        max_loras=1,
+        max_loras=2,  # requests of the old and the new adapter share batches while a sync lands mid-episode
         tensor_parallel_size=max(1, len(devices)) if devices else 1,
         seed=cfg.dataset.seed,
         trust_remote_code=cfg.model.trust_remote_code,
@@ -230,15 +163,19 @@ def engine_kwargs_from_config(cfg: Any, devices: list[int] | None) -> dict[str, 
 
 
 def child_env(devices: list[int] | None) -> dict[str, str]:
+    from kforge.gpus import GpuIndexError, child_visible_devices
+
     env = {
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONUNBUFFERED": "1",
     }
-    visible = visible_devices_for(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible
+    if devices is not None:
+        try:
+            env["CUDA_VISIBLE_DEVICES"] = child_visible_devices(devices)
+        except GpuIndexError as exc:
+            raise BackendError(f"rollout GPUs {devices}: {exc}") from None
     if importlib.util.find_spec("flashinfer") is None and "VLLM_USE_FLASHINFER_SAMPLER" not in os.environ:
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"  # vLLM's sampler otherwise imports FlashInfer
     return env
@@ -246,6 +183,8 @@ def child_env(devices: list[int] | None) -> dict[str, str]:
 
 class VLLMBackend:
     """`RolloutBackend` over a vLLM engine in a worker process."""
+
+    concurrent = True  # every request is its own call; the engine batches them
 
     def __init__(
         self,
@@ -263,37 +202,17 @@ class VLLMBackend:
         self.log_path = log_path
         self._lora: tuple[str, int, str] | None = None
         self._next_lora_id = 1
-        self._lock = threading.Lock()  # one message in flight on the pipe
         self._closed = False
         self._asleep = False
         self._pending_adapter: tuple[str, int] | None = None
-        child_vars = {**child_env(devices), **(env or {})}
-        ctx = mp.get_context("spawn")
-        self._conn, child_conn = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_serve,
-            args=(child_conn, child_vars, log_path, engine, engine_kwargs),
-            name="kforge-rollout",
-            daemon=False,  # vLLM starts processes of its own; a daemon may not
-        )
-        with _ENV_LOCK:  # the spawned interpreter inherits the environment at start()
-            saved = {k: os.environ.get(k) for k in child_vars}
-            os.environ.update(child_vars)
-            try:
-                self._proc.start()
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
-        child_conn.close()
-        atexit.register(self.close)
         try:
-            self.info = self._receive(startup_timeout_s, "start")
-        except BackendError:
-            self.close()
-            raise
+            # daemon=False: vLLM starts processes of its own, which a daemon may not.
+            self._proc = ServedProcess(engine, engine_kwargs, name="vLLM worker", env={**child_env(devices), **(env or {})},
+                                       log_path=log_path, start_timeout_s=startup_timeout_s, daemon=False)
+        except ServedError as exc:
+            raise BackendError(str(exc)) from None
+        self.info = self._proc.info
+        atexit.register(self.close)
 
     @classmethod
     def from_config(cls, cfg: Any, devices: list[int] | None = None, **kwargs: Any) -> "VLLMBackend":
@@ -305,46 +224,38 @@ class VLLMBackend:
         engine_kwargs.update(kwargs.pop("engine_kwargs", {}))
         return cls(tokenizer, engine_kwargs, devices=devices, **kwargs)
 
-    # ------------------------------------------------------------------ pipe
-    def _receive(self, timeout_s: float | None, what: str) -> Any:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        where = f"; see {self.log_path}" if self.log_path else ""
-        while not self._conn.poll(1.0):
-            if not self._proc.is_alive():
-                raise BackendError(f"vLLM worker died during {what} (exit code {self._proc.exitcode}){where}")
-            if deadline is not None and time.monotonic() > deadline:
-                raise BackendError(f"vLLM worker did not answer {what} within {timeout_s:.0f} s")
-        try:
-            status, payload = self._conn.recv()
-        except (EOFError, OSError):  # the pipe closed: the worker is gone
-            self._proc.join(timeout=10)
-            raise BackendError(f"vLLM worker died during {what} (exit code {self._proc.exitcode}){where}") from None
-        if status != "ok":
-            last = payload.strip().splitlines()[-1] if payload.strip() else "unknown error"
-            raise BackendError(f"vLLM worker failed in {what}: {last}\n{payload}")
-        return payload
-
     def _call(self, op: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
         if self._closed:
             raise BackendError(f"vLLM backend is closed ({op})")
-        with self._lock:
-            self._conn.send((op, kwargs))
-            return self._receive(timeout_s, op)
+        try:
+            return self._proc.call(op, timeout_s=timeout_s, **kwargs)
+        except ServedError as exc:
+            raise BackendError(str(exc)) from None
 
     # ------------------------------------------------------------------ RolloutBackend
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        if not requests:
-            return []
-        payload = [{"prompt_ids": list(r.prompt_ids), "sampling": r.sampling.__dict__.copy()} for r in requests]
-        for p in payload:
-            p["sampling"]["stop"] = list(p["sampling"]["stop"])
-        outs = self._call("generate", requests=payload, lora=self._lora)
-        return [Completion(**o) for o in outs]
+        return asyncio.run(self.agenerate(requests)) if requests else []
 
     async def agenerate(
         self, requests: list[GenerationRequest], on_completion: OnCompletion | None = None
     ) -> list[Completion]:
-        return await run_in_thread(self.generate, requests, on_completion)
+        if self._closed:
+            raise BackendError("vLLM backend is closed (generate)")
+        lora, version = self._lora, self.version  # the adapter these requests are sampled with
+
+        async def one(i: int, r: GenerationRequest) -> Completion:
+            sampling = {**r.sampling.__dict__, "stop": list(r.sampling.stop)}
+            try:
+                out = await self._proc.acall("generate", request={"prompt_ids": list(r.prompt_ids), "sampling": sampling},
+                                             lora=lora)
+            except ServedError as exc:
+                raise BackendError(str(exc)) from None
+            completion = Completion(**out, policy_version=version)
+            if on_completion is not None:
+                on_completion(i, completion)
+            return completion
+
+        return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 
     def load_adapter(self, path: str, version: int) -> None:
         """Register the adapter under a fresh id; while asleep the load waits for `wake()` (loading needs
@@ -353,7 +264,6 @@ class VLLMBackend:
             raise BackendError(f"vLLM backend: {path} is not a PEFT adapter folder (no adapter_config.json)")
         if self._asleep:
             self._pending_adapter = (path, version)
-            self.version = version
             return
         lora = (f"kforge-v{version}-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve()))
         self._next_lora_id += 1  # never reused, even for a reload of the same version
@@ -382,19 +292,4 @@ class VLLMBackend:
         if self._closed:
             return
         self._closed = True
-        try:
-            if self._proc.is_alive():
-                with self._lock:
-                    self._conn.send(("close", {}))
-                    if self._conn.poll(60):
-                        self._conn.recv()
-        except (OSError, EOFError, BrokenPipeError):
-            pass
-        self._proc.join(timeout=60)
-        if self._proc.is_alive():
-            self._proc.terminate()
-            self._proc.join(timeout=10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
-        self._conn.close()
+        self._proc.close(timeout_s=60)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -22,6 +23,13 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOG_FILE = "logs.log"
 STOP_FILE = "STOP"  # `kforge runs stop` drops this; the loop checkpoints and exits at the next step
+# The checkpoint layout, known only here: checkpoints/step_NNNNNN/{learner/, trainer_state.json}.
+CHECKPOINTS_DIR = "checkpoints"
+CKPT_PREFIX = "step_"
+TRAINER_STATE = "trainer_state.json"
+LEARNER_DIR = "learner"
+ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the last few are kept)
+SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -151,6 +159,65 @@ class RunFolder:
                 return record
         return None
 
+    # -- checkpoints: the layout lives here; the trainer, export and eval ask for paths ---------------
+    def write_checkpoint(self, step: int, write_learner: Any, state: dict[str, Any], reason: str) -> Path:
+        """`write_learner(folder)` plus the trainer state into a temp folder, renamed into place only when
+        complete (a kill -9 never leaves half a checkpoint), then recorded in checkpoints.jsonl."""
+        root = self.path / CHECKPOINTS_DIR
+        root.mkdir(exist_ok=True)
+        final = root / f"{CKPT_PREFIX}{step:06d}"
+        tmp = root / f".tmp_{CKPT_PREFIX}{step:06d}_{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        write_learner(tmp / LEARNER_DIR)
+        atomic_write_text(tmp / TRAINER_STATE, json.dumps({**state, "step": step, "reason": reason,
+                                                           "time": time.time()}, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        rel = final.relative_to(self.path)
+        self.log_checkpoint({"step": step, "path": str(rel), "adapter": str(rel / LEARNER_DIR), "reason": reason,
+                             "time": time.time()})
+        return final
+
+    def checkpoint_dirs(self) -> dict[int, Path]:
+        """Complete checkpoint folders by step (temp folders of an interrupted write are not listed)."""
+        out: dict[int, Path] = {}
+        root = self.path / CHECKPOINTS_DIR
+        if root.is_dir():
+            for child in sorted(root.iterdir()):
+                step = checkpoint_step(child) if child.is_dir() and child.name.startswith(CKPT_PREFIX) else None
+                if step is not None:
+                    out[step] = child
+        return out
+
+    def checkpoint(self, step: int | None = None) -> Path:
+        """The checkpoint folder at `step`, or the newest complete one; FileNotFoundError says why not."""
+        dirs = self.checkpoint_dirs()
+        if step is not None:
+            if step not in dirs:
+                have = ", ".join(str(s) for s in sorted(dirs)) or "none yet"
+                raise FileNotFoundError(f"run {self.name} has no checkpoint at step {step}; checkpoints at steps: {have}")
+            return dirs[step]
+        last = self.last_checkpoint()
+        if last is not None:
+            return self.path / last["path"]
+        if dirs:
+            return dirs[max(dirs)]
+        raise FileNotFoundError(f"run {self.name} has no checkpoint yet; wait for one (log.save_every) or stop it "
+                                f"with `kforge runs stop {self.name}`, which saves one")
+
+    def adapter_dir(self, version: int) -> Path:
+        return self.path / ADAPTERS_DIR / f"v{version:06d}"
+
+    def prune_adapters(self, keep: int = 3) -> None:
+        root = self.path / ADAPTERS_DIR
+        for path in (sorted(root.glob("v*")) if root.is_dir() else [])[:-keep]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def samples_path(self, step: int) -> Path:
+        return self.path / SAMPLES_DIR / f"step_{step}.jsonl"
+
     @property
     def log_path(self) -> Path:
         return self.path / LOG_FILE
@@ -179,6 +246,21 @@ class RunFolder:
             "preset": st.get("preset"),
             "path": str(self.path),
         }
+
+
+def checkpoint_step(ckpt: Path) -> int | None:
+    """The step a checkpoint folder holds: from its trainer state, else from its name."""
+    try:
+        return int(json.loads((ckpt / TRAINER_STATE).read_text())["step"])
+    except (OSError, KeyError, ValueError, json.JSONDecodeError):
+        pass
+    if ckpt.name.startswith(CKPT_PREFIX) and ckpt.name[len(CKPT_PREFIX):].isdigit():
+        return int(ckpt.name[len(CKPT_PREFIX):])
+    return None
+
+
+def read_trainer_state(ckpt: Path) -> dict[str, Any]:
+    return json.loads((Path(ckpt) / TRAINER_STATE).read_text())
 
 
 def list_runs(runs_dir: str | Path) -> Iterator[RunFolder]:

@@ -3,7 +3,7 @@ NVML), never by initialising CUDA in the trainer's process."""
 
 from __future__ import annotations
 
-from kforge.gpus import query_gpus
+from kforge.gpus import matches, query_gpus
 from kforge.train.placement import ROLES, Plan
 
 
@@ -11,10 +11,9 @@ def role_gpu_stats(plan: Plan) -> dict[str, float]:
     if plan.mode == "cpu":
         return {}
     gpus, _ = query_gpus()
-    by_index = {g.index: g for g in gpus or []}
     out: dict[str, float] = {}
     for role in ROLES:
-        rows = [by_index[plan.gpus[i]] for i in getattr(plan, role) if plan.gpus[i] in by_index]
+        rows = [g for i in getattr(plan, role) for g in gpus or [] if matches(plan.gpus[i], g)]
         if rows:
             out[f"gpu/{role}/mem_used_gb"] = sum(g.used_mib for g in rows) / 1024
             utils = [g.util_pct for g in rows if g.util_pct is not None]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections import defaultdict
 from typing import Any
 
-from kforge.eval.report import SampleOutcome, summarize
+from kforge.eval.report import summarize
+from kforge.eval.runner import trajectory_outcome
 from kforge.evaluator.verdict import Status
 from kforge.policy.records import Trajectory
 
@@ -23,8 +25,9 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
     return out
 
 
-def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dict[str, float]:
-    """Reward components, status rates, speedups, lengths, turns and early stops of one step."""
+def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int], per_level: bool = False) -> dict[str, float]:
+    """Reward components, status rates, speedups, lengths, turns and early stops of one step; with
+    `per_level`, reward and correctness per KernelBench level too (`level1/reward/mean`, ...)."""
     turns = [t for tr in trajectories for t in tr.turns]
     out: dict[str, float] = {}
     if not turns:
@@ -54,21 +57,68 @@ def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> d
         trajectories
     )
     out["turns/dropped_attempts"] = float(sum(t.dropped_attempts for t in turns))
-    outcomes = [
-        SampleOutcome(tr.problem_key, levels.get(tr.problem_key, 0), tr.best_verdict,
-                      tr.turns[0].verdict if tr.turns else None)
-        for tr in trajectories
-    ]
-    summary = summarize(outcomes)["overall"]
+    summary = summarize([trajectory_outcome(tr, levels.get(tr.problem_key, 0)) for tr in trajectories])["overall"]
     out["fast_0"] = float(summary.get("fast_0") or 0.0)
     out["fast_1"] = float(summary.get("fast_1") or 0.0)
+    if per_level:
+        out.update(level_metrics(trajectories, levels))
+    return out
+
+
+def level_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dict[str, float]:
+    by_level: dict[int, list[Trajectory]] = defaultdict(list)
+    for tr in trajectories:
+        by_level[levels.get(tr.problem_key, 0)].append(tr)
+    out: dict[str, float] = {}
+    for level, trs in sorted(by_level.items()):
+        turns = [t for tr in trs for t in tr.turns]
+        if not turns:
+            continue
+        out[f"level{level}/reward/mean"] = statistics.fmean(t.score for t in turns)
+        out[f"level{level}/rate/correct"] = sum(1 for t in turns if t.verdict is not None and t.verdict.correct) / len(turns)
+        out[f"level{level}/rate/compiled"] = sum(1 for t in turns if t.verdict is not None and t.verdict.status.compiled) / len(turns)
+    return out
+
+
+def held_out_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dict[str, float]:
+    """`eval/...`: the KernelBench summary of the held-out problems, as `kforge eval` computes it."""
+    summary = summarize([trajectory_outcome(tr, levels.get(tr.problem_key, 0)) for tr in trajectories])["overall"]
+    return {f"eval/{k}": float(v) for k, v in summary.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
+
+
+def step_metrics(step: int, epoch: int, rollouts: Any, credit: dict[str, float], learned: dict[str, float],
+                 times: dict[str, float], levels: dict[str, int], per_level: bool, restarts: int,
+                 plan: Any) -> dict[str, Any]:
+    """One step's record for metrics.jsonl, TensorBoard and the dashboard, from that step's own objects."""
+    from kforge.train.gpu import role_gpu_stats
+
+    trajectories, stats = rollouts.trajectories, rollouts.stats
+    turns = [t for tr in trajectories for t in tr.turns]
+    roll_s = times.get("rollout_s", 0.0)
+    out: dict[str, Any] = {"step": step, "time": time.time(), "epoch": epoch}
+    out.update(rollout_metrics(trajectories, levels, per_level))
+    out.update({f"advantage/{k}": float(v) for k, v in credit.items()})
+    out.update(learned)
+    out.update({
+        "time/rollout_eval_s": roll_s, "time/learn_s": times.get("learn_s", 0.0), "time/sync_s": times.get("sync_s", 0.0),
+        # generate_s: summed over engine calls; eval_sum_s: summed over evaluations (both overlap).
+        "time/generate_s": stats.generate_s, "time/eval_sum_s": stats.eval_sum_s, "time/rollout_wall_s": stats.wall_s,
+        "throughput/generate_tok_s": sum(len(t.response_ids) for t in turns) / stats.wall_s if stats.wall_s > 0 else 0.0,
+        "throughput/eval_kernels_min": 60.0 * stats.evaluated / max(stats.wall_s, 1e-9),
+        "eval/evaluated": float(stats.evaluated),
+        "eval/cache_hits": float(stats.cache_hits),
+        "rollout/worker_restarts": float(restarts),
+    })
+    out.update(role_gpu_stats(plan))
     return out
 
 
 def collapse_warnings(history: list[dict[str, Any]], current: dict[str, Any]) -> list[str]:
     """Early signs of a collapsing run, shown on the dashboard and written to the log."""
     warnings = []
-    if current.get("advantage/groups_dropped_frac", 0.0) >= 0.999 and current.get("advantage/groups_total", 0):
+    total = current.get("advantage/groups_total", 0.0)
+    if total and current.get("advantage/groups_dropped", 0.0) >= total:
         warnings.append("every group had constant returns: no learning signal this step")
     lengths = [h["length/response_tokens/mean"] for h in history[-5:] if "length/response_tokens/mean" in h]
     now = current.get("length/response_tokens/mean")

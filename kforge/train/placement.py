@@ -1,15 +1,15 @@
 """Which GPUs run the rollout engine, the learner and the eval pool.
 
-Indices are logical (positions in CUDA_VISIBLE_DEVICES when it is set); `physical()` maps them back so a
-role's child process can be started with its own CUDA_VISIBLE_DEVICES before it imports torch.
+Indices are logical (positions in CUDA_VISIBLE_DEVICES when it is set); `physical()` maps them back (through
+`kforge.gpus`, the one mapping) so a role's child process can be started with its own CUDA_VISIBLE_DEVICES
+before it imports torch.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
+
+from kforge.gpus import visible_ids
 
 ROLES = ("rollout", "learner", "eval")
 
@@ -42,23 +42,6 @@ class Plan:
         return f"placement [{self.mode}]: " + "  ".join(parts) + note
 
 
-def visible_gpus() -> list[str]:
-    """Physical ids of the GPUs this process may use, without initialising CUDA here."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        ids = [x.strip() for x in env.split(",") if x.strip() and x.strip() != "-1"]
-        return ids
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []
-
-
 def parse_gpus_option(text: str) -> dict[str, list[int]]:
     """`rollout=0 learner=1 eval=2,3` (spaces or semicolons between roles)."""
     out: dict[str, list[int]] = {}
@@ -73,9 +56,17 @@ def parse_gpus_option(text: str) -> dict[str, list[int]]:
     return out
 
 
-def plan_placement(gpus: list[str], overrides: dict[str, list[int]] | None = None) -> Plan:
+def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]] | None = None) -> Plan:
+    """The plan for these visible GPUs (default: what `kforge.gpus` sees). An override naming a GPU that is
+    not visible is an error, also on a machine without GPUs (where CPU mode would silently ignore it)."""
+    gpus = visible_ids() if gpus is None else gpus
     n = len(gpus)
     plan = Plan(gpus)
+    for role, ids in (overrides or {}).items():
+        bad = [i for i in ids if i < 0 or i >= n]
+        if bad:
+            seen = f"{n} GPU(s) visible (0..{n - 1})" if n else "no GPU is visible"
+            raise PlacementError(f"{role} GPU {bad[0]} does not exist: {seen}")
     if n == 0:
         return plan
     if n == 1:
@@ -86,10 +77,6 @@ def plan_placement(gpus: list[str], overrides: dict[str, list[int]] | None = Non
     else:
         plan.rollout, plan.learner, plan.eval = [0], [1], list(range(2, n))
     for role, ids in (overrides or {}).items():
-        if not ids:
-            continue
-        bad = [i for i in ids if i < 0 or i >= n]
-        if bad:
-            raise PlacementError(f"{role} GPU {bad[0]} does not exist: {n} GPU(s) visible (0..{n - 1})")
-        setattr(plan, role, list(ids))
+        if ids:
+            setattr(plan, role, list(ids))
     return plan

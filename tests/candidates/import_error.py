@@ -1,5 +1,5 @@
 """Imports a module that does not exist."""
-import kforge_no_such_module
+from triton.language import no_such_function  # noqa: F401
 import torch
 import torch.nn as nn
 import triton

@@ -4,6 +4,16 @@ Each turn of a trajectory is its own training sample. Its return is its own scor
 discounted scores of the turns that followed it (R_t = s_t + gamma * R_{t+1}), so a turn that set up
 a later success gets part of the credit. The group that a turn is compared with is every trajectory of
 the same problem at the same turn index (Kevin-32B's baseline per task and turn).
+
+TRLOO (Dr. Kernel's turn-level REINFORCE leave-one-out) is ``advantage_baseline=leave_one_out`` on these
+per-(problem, turn) groups: A_i = R_i - mean of the other n-1 returns = n/(n-1) (R_i - group mean). The
+group mean includes the sample itself, which shrinks every advantage by (n-1)/n; leaving it out removes
+that bias, which matters for the small groups of late turns (fewer trajectories are still running).
+
+Rejection: with ``learner.min_coverage`` set, turns whose measured coverage (share of GPU time in the
+candidate's own kernels) is below it are left out before the groups are formed ("lazy optimisation":
+a trivial op moved to Triton while the heavy op stays in PyTorch). Unmeasured coverage (None) is never
+rejected.
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ import math
 from collections import defaultdict
 
 from kforge.config.schema import LearnerConfig
-from kforge.learner.samples import Sample
+from kforge.credit.samples import Sample
 from kforge.policy.records import Trajectory, Turn
 
 EPS = 1e-6
@@ -25,6 +35,12 @@ def assign_returns(trajectories: list[Trajectory], gamma: float) -> None:
         for turn in reversed(trajectory.turns):
             later = turn.score + gamma * later
             turn.return_ = later
+
+
+def low_coverage(turn: Turn, min_coverage: float | None) -> bool:
+    """The turn's kernel was profiled and spends less than ``min_coverage`` of its GPU time in its own kernels."""
+    coverage = turn.verdict.coverage if turn.verdict is not None else None
+    return min_coverage is not None and coverage is not None and coverage < min_coverage
 
 
 def uses_std(cfg: LearnerConfig) -> bool:
@@ -57,8 +73,13 @@ def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[l
     all equal (no learning signal, only noise through KL and clipping) produce no samples at all.
     """
     groups: dict[tuple[str, int], list[Turn]] = defaultdict(list)
+    rejected = 0
     for trajectory in trajectories:
         for turn in trajectory.turns:
+            if low_coverage(turn, cfg.min_coverage):
+                rejected += 1
+                turn.advantage = 0.0
+                continue
             groups[(trajectory.problem_key, turn.index)].append(turn)
 
     normalize = uses_std(cfg)
@@ -91,6 +112,7 @@ def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[l
         "groups_total": float(len(groups)),
         "groups_kept": float(len(groups) - dropped),
         "groups_dropped": float(dropped),
+        "rejected_low_coverage": float(rejected),
         "samples": float(len(samples)),
         "return_mean": _mean(all_returns),
         "return_std": _std(all_returns),

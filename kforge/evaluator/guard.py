@@ -1,0 +1,209 @@
+"""In-child defences, installed before the candidate is imported: an audit hook and a launch recorder.
+
+Both live in the candidate's own process, so a candidate that runs native code (a CUDA extension)
+can defeat them: they raise the cost of tampering and produce evidence (flags), never a verdict on
+their own. The parent's checks (its own trials, comparison, clock and output samples) decide.
+
+- The PEP 578 audit hook cannot be removed once added. It refuses, when the candidate's code asks
+  for them directly (or through the standard library), frame and garbage-collector inspection,
+  ctypes, new code objects (`exec`/`compile`), file access, processes, sockets, signals, and
+  rewriting the special attributes of library functions and classes (`__code__`, `__defaults__`...).
+  CPython raises no audit event for a plain class-attribute assignment (`JITFunction.run = f`):
+  the static check refuses it in source, and the harness's identity check reports it afterwards.
+- The launch recorder wraps Triton's `JITFunction.run` (and the interpreter's) and load_inline
+  extension functions. A launch counts as the candidate's kernel only when the function was
+  defined in the candidate's file; the harness then checks that it touched the trial's tensors.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Audit events refused when the candidate's code is the one asking (see `_asker_is_candidate`).
+DENIED_EVENTS = frozenset({
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
+    "ctypes.call_function", "ctypes.create_string_buffer", "ctypes.PyObj_FromPtr",
+    "exec", "compile", "code.__new__", "function.__new__", "marshal.loads", "marshal.load", "pickle.find_class",
+    "open", "os.listdir", "os.scandir", "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod",
+    "os.symlink", "os.link", "os.truncate", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+    "os.forkpty", "os.kill", "os.killpg", "subprocess.Popen", "socket.__new__", "socket.connect", "socket.bind",
+    "shutil.copyfile", "shutil.rmtree", "shutil.move", "mmap.__new__", "builtins.input", "import",
+    "object.__setattr__", "object.__delattr__",
+})
+
+# Modules whose classes a candidate may not patch (the rest of `object.__setattr__` is its own business).
+_PROTECTED = ("torch", "triton", "kforge", "builtins", "numpy", "time", "os", "sys", "types", "functools")
+
+
+@dataclass
+class Launch:
+    candidate: bool  # the launched function was defined in the candidate's file
+    name: str = ""  # the kernel's function name (Triton names the GPU kernel after it)
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of each tensor argument's storage
+
+
+@dataclass
+class Guard:
+    """What the hook refused and which kernels ran; read by the harness, reported as evidence."""
+
+    candidate_file: str
+    denied: list[str] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+    # During a trial the launched kernels' tensors are kept alive until the trial's evidence is taken:
+    # otherwise the allocator hands their memory to the output and an unrelated launch looks "on data".
+    held: list[Any] | None = None
+    patched: dict[str, tuple[Any, str, Any]] = field(default_factory=dict)
+
+
+def _stdlib_dirs() -> tuple[str, ...]:
+    """The standard library's folders, as prefixes with a trailing separator. In a virtual environment
+    `platstdlib` is the venv's lib folder, which holds site-packages: it must not count."""
+    import os
+    import sysconfig
+
+    paths = {sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix}).get(k, "")
+             for k in ("stdlib", "platstdlib")}
+    return tuple(os.path.join(p, "") for p in paths if p and "site-packages" not in p)
+
+
+def fd_path(path: Any) -> bool:
+    """/proc/self/fd/N, /proc/<pid>/fd/N, /proc/thread-self/fd/N or /dev/fd/N (and /dev/stdout...)."""
+    import re
+
+    text = path.decode(errors="replace") if isinstance(path, bytes) else str(path)
+    return bool(re.match(r"^/+(proc/+[^/]+/+(task/+\d+/+)?fd|dev/+fd|dev/+std(in|out|err))(/|$)", text))
+
+
+def install_audit_hook(guard: Guard) -> None:
+    """Add the hook (irreversible). Everything it needs is bound here, none of it in module globals."""
+    cand = guard.candidate_file
+    stdlib = _stdlib_dirs()
+    getframe = sys._getframe
+    busy = [False]
+    denied = guard.denied
+    protected = _PROTECTED
+    events = DENIED_EVENTS
+
+    def asker_is_candidate() -> bool:
+        # Frame 0 is this function, 1 the hook; the first frame outside the standard library decides
+        # (so `inspect.currentframe()` counts as the candidate's, while Triton's own compile does not).
+        frame = getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name == cand:
+                return True
+            library = name.startswith(stdlib) and "-packages/" not in name
+            if not (name.startswith("<frozen") or library):
+                return False
+            frame = frame.f_back
+        return False
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if busy[0] or event not in events:
+            return
+        busy[0] = True
+        try:
+            if event == "open" and args and fd_path(args[0]):
+                # Its own pipes to the parent, reopened by path through any library (numpy.savetxt...):
+                # nobody in the child has a reason to, whoever asks.
+                denied.append("open:fd")
+                raise PermissionError("kforge sandbox: opening a file descriptor by path is not allowed")
+            if event in ("object.__setattr__", "object.__delattr__"):
+                owner = getattr(args[0], "__module__", "") if args else ""
+                if not isinstance(owner, str) or not owner.startswith(protected):
+                    return
+            if event == "import" and args and str(args[0]).split(".")[0] in ("torch", "triton", "math", "numpy"):
+                return
+            if not asker_is_candidate():
+                return
+            denied.append(event)
+        finally:
+            busy[0] = False
+        raise PermissionError(f"kforge sandbox: `{event}` is not allowed in a candidate kernel")
+
+    sys.addaudithook(hook)
+
+
+def _storage_ranges(args: Any, kwargs: Any) -> list[tuple[int, int]]:
+    import torch
+
+    out = []
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.numel():
+            st = a.untyped_storage()
+            out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    return out
+
+
+def _hold(guard: Guard, args: Any, kwargs: Any) -> None:
+    import torch
+
+    if guard.held is not None:
+        guard.held += [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+
+
+def install_launch_recorder(guard: Guard, interpreter: bool) -> None:
+    """Record every Triton launch: whether the kernel is the candidate's and which storage it touched."""
+    classes = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        classes.append(JITFunction)
+    except ImportError:
+        pass
+    if interpreter:
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:
+            pass
+    cand = guard.candidate_file
+    launches = guard.launches
+    for cls in classes:
+        orig = cls.run
+
+        def run(self: Any, *args: Any, __orig: Callable[..., Any] = orig, **kwargs: Any) -> Any:
+            if not kwargs.get("warmup", False):
+                fn = getattr(self, "fn", None)
+                code = getattr(fn, "__code__", None)
+                launches.append(Launch(getattr(code, "co_filename", "") == cand, getattr(fn, "__name__", ""),
+                                       _storage_ranges(args, kwargs)))
+                _hold(guard, args, kwargs)
+            return __orig(self, *args, **kwargs)
+
+        cls.run = run
+        guard.patched[f"{cls.__module__}.{cls.__name__}.run"] = (cls, "run", run)
+
+
+def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
+    """Wrap a load_inline extension: each call of its functions is a launch of the candidate's code."""
+    proxy = types.ModuleType(mod.__name__)
+    launches = guard.launches
+    for name in dir(mod):
+        attr = getattr(mod, name)
+        if callable(attr) and not name.startswith("_"):
+            def call(*a: Any, __f: Callable[..., Any] = attr, **k: Any) -> Any:
+                launches.append(Launch(True, "", _storage_ranges(a, k)))
+                _hold(guard, a, k)
+                return __f(*a, **k)
+
+            setattr(proxy, name, call)
+        else:
+            setattr(proxy, name, attr)
+    return proxy
+
+
+def summarize(launches: list[Launch], trial_ranges: list[tuple[int, int]]) -> dict[str, int]:
+    """Launch evidence for one trial: the candidate's kernels that touched the trial's tensors, and the rest."""
+    def touches(launch: Launch) -> bool:
+        return any(a < e and s < b for a, b in launch.ranges for s, e in trial_ranges)
+
+    own = [launch for launch in launches if launch.candidate]
+    on_data = sum(1 for launch in own if touches(launch))
+    return {"kernels": len(own), "kernels_on_data": on_data, "foreign": len(launches) - len(own)}

@@ -1,0 +1,163 @@
+"""Pure judging functions of the parent: trials, evidence, timed-call samples and the timing check.
+
+No processes here: each function takes what the parent holds (reference outputs, the child's answers,
+the parent's own clock) and returns findings, so every rule is unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kforge.config.schema import EvaluatorConfig
+from kforge.evaluator.compare import TrialResult, compare_outputs, identical
+
+
+@dataclass
+class TrialFindings:
+    passed: int = 0
+    total: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+
+def judge_trials(trials: list[tuple[int, bool]], answers: list[Any], expected: list[list[Any]],
+                 evidence: list[dict[str, Any]], cfg: EvaluatorConfig) -> TrialFindings:
+    """Compare the answer to each trial the parent chose with the reference outputs for it (whole,
+    or at the same positions for large outputs). An answer given as a string failed before its
+    values were asked (wrong count, shape or dtype): the string says why."""
+    f = TrialFindings(total=len(trials))
+    for i, ((seed, signed), got, want) in enumerate(zip(trials, answers, expected)):
+        res = TrialResult(False, got) if isinstance(got, str) else compare_outputs(got, want, cfg, scale_atol=signed)
+        f.passed += res.passed
+        f.max_abs, f.max_rel = max(f.max_abs, res.max_abs), max(f.max_rel, res.max_rel)
+        if not res.passed:
+            f.reasons.append(("signed-input trial: " if signed else f"trial {i + 1}: ") + res.reason)
+            if evidence[i].get("equals_input"):
+                f.flags.append("returns_input")
+    # The same outputs for different inputs: memoised or constant, whatever the tolerance said.
+    for i in range(1, len(answers)):
+        if isinstance(answers[i - 1], str) or isinstance(answers[i], str):
+            continue
+        if identical(answers[i - 1], answers[i]) and not identical(expected[i - 1], expected[i]):
+            f.flags.append("identical_outputs_across_trials")
+            break
+    f.flags += flags_from_evidence(evidence)
+    return f
+
+
+def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
+    """Flags from what the child reported about itself. Evidence may add flags, never remove one."""
+    flags: list[str] = []
+    for ev in evidence:
+        if "kernels" not in ev:  # not a trial's evidence (e.g. what the child said after import)
+            pass
+        elif int(ev.get("kernels", 0) or 0) == 0:
+            flags.append("no_kernel_launched")
+        elif int(ev.get("kernels_on_data", 0) or 0) == 0:
+            flags.append("kernel_not_on_trial_data")
+        if ev.get("aliases_input"):
+            flags.append("output_aliases_input")
+        flags += [str(p) for p in ev.get("patched", []) or []]
+        flags += [f"sandbox_denied:{d}" for d in ev.get("denied", []) or []]
+    return sorted(set(flags))
+
+
+def _numel(m: Any) -> int:
+    n = 1
+    for d in (m[0] if m else []):
+        n *= int(d)
+    return n if m else 0
+
+
+def sample_positions(meta: list[Any], points: int, gen: torch.Generator) -> list[torch.Tensor | None]:
+    """Random flat positions per output ([shape, dtype] each), drawn by the parent and revealed only
+    after a timed batch."""
+    return [torch.randint(0, _numel(m), (min(points, _numel(m)),), generator=gen) if _numel(m) else None
+            for m in meta]
+
+
+EDGE = 4096  # first and last values of a large output, always compared (tails are where bugs live)
+
+
+def meta_bytes(meta: list[Any]) -> int:
+    """Bytes of the outputs a TRIAL answer describes ([shape, dtype] per output)."""
+    return sum(_numel(m) * getattr(torch, str(m[1]).removeprefix("torch."), torch.float64).itemsize
+               for m in meta if m)
+
+
+def compare_positions(meta: list[Any], points: int, gen: torch.Generator) -> list[torch.Tensor | None]:
+    """For outputs too large to move: the first and last EDGE values plus `points` random ones."""
+    out: list[torch.Tensor | None] = []
+    for m in meta:
+        n = _numel(m)
+        if n == 0:
+            out.append(None)
+            continue
+        edges = torch.cat([torch.arange(min(EDGE, n)), torch.arange(max(0, n - EDGE), n)])
+        out.append(torch.cat([edges, torch.randint(0, n, (points,), generator=gen)]))
+    return out
+
+
+def meta_mismatch(got: Any, want: list[Any]) -> str:
+    """'' when the answer's outputs have the reference's count, shapes and dtypes."""
+    if not isinstance(got, list) or len(got) != len(want):
+        return f"returned {len(got) if isinstance(got, list) else '?'} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        where = f"output {i}: " if len(want) > 1 else ""
+        if (g is None) != (w is None):
+            return f"{where}expected {'a tensor' if w else 'a plain value'}"
+        if w is not None and (list(g[0]) != list(w[0]) or str(g[1]) != str(w[1])):
+            return f"{where}shape {tuple(g[0])} {g[1]} != expected {tuple(w[0])} {w[1]}"
+    return ""
+
+
+def check_samples(got: list[list[Any]], want: list[list[Any]], cfg: EvaluatorConfig) -> str:
+    """'' when every timed call's sampled outputs match the reference's for the same inputs."""
+    if len(got) != len(want):
+        return f"answered for {len(got)} timed calls, {len(want)} were made"
+    for j, (g, w) in enumerate(zip(got, want)):
+        res = compare_outputs(list(g) if isinstance(g, list) else g, w, cfg)
+        if not res.passed:
+            return f"timed call {j + 1}: {res.reason}"
+    return ""
+
+
+@dataclass
+class Clock:
+    """One side of a timing measurement: the parent's wall time over the timed batches (time request
+    sent -> samples received) and the per-call milliseconds the child reported."""
+
+    wall_s: float
+    reported_ms: list[float]
+
+    @property
+    def overhead_ms(self) -> float:
+        """Per call: what the parent saw beyond the reported windows (inputs, flush, pipes, sampling)."""
+        return (self.wall_s * 1e3 - sum(self.reported_ms)) / max(len(self.reported_ms), 1)
+
+
+def parent_ms_per_call(candidate: Clock, reference: Clock) -> float:
+    """The parent's own estimate of one candidate call: its wall time per call less the harness
+    overhead measured on the trusted reference doing the same loop."""
+    n = max(len(candidate.reported_ms), 1)
+    return candidate.wall_s * 1e3 / n - reference.overhead_ms
+
+
+# On a CPU the Triton interpreter's calls take milliseconds, a handful of calls are timed and the
+# machine is shared (the reference's overhead was measured under another load): only a gross
+# disagreement (a forged or skipped call) is meaningful there.
+CPU_RATIO, CPU_SLACK_MS = 4.0, 10.0
+
+
+def timing_consistent(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> bool:
+    """A report the parent's clock cannot account for (forged, or work moved out of the window) fails."""
+    if not candidate.reported_ms:
+        return False
+    reported = sum(candidate.reported_ms) / len(candidate.reported_ms)
+    ratio, slack = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+    return parent_ms_per_call(candidate, reference) <= ratio * reported + slack

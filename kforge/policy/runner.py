@@ -1,0 +1,138 @@
+"""The EpisodeRunner: problems in, trajectories with verdicts and scores out. Training rollouts, held-out
+evaluation during training and `kforge eval` all run episodes through one of these (built in one place:
+`kforge.eval.runner.build_runner`).
+
+Each `run` returns its own `RolloutStats`: what that phase cost (engine time, evaluation time, cache hits).
+Nothing about a phase lives in shared fields, so in pipelined mode the next step's rollouts cannot
+mix their numbers into the current step's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from kforge.evaluator.verdict import Verdict
+from kforge.policy.episode import OnTurn, ScoreFn, run_episodes
+from kforge.policy.prompts import PromptBuilder
+from kforge.policy.records import Trajectory
+from kforge.problems.record import Problem
+from kforge.rollout.base import GenerationRequest, OnCompletion
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
+
+JudgeFn = Callable[[Problem, str, str], Awaitable[Verdict]]  # the eval pool's evaluate(problem, code, backend)
+
+
+@dataclass
+class RolloutStats:
+    """The cost of one rollout phase."""
+
+    generate_s: float = 0.0  # summed over engine calls (they may overlap)
+    eval_sum_s: float = 0.0  # summed over evaluations (they overlap)
+    evaluated: int = 0  # candidates that went to the evaluator in this phase
+    cache_hits: int = 0  # candidates answered from the verdict cache
+    wall_s: float = 0.0
+
+
+@dataclass
+class Rollouts:
+    trajectories: list[Trajectory]
+    stats: RolloutStats
+
+
+def code_hash(code: str) -> str:
+    return hashlib.sha256(code.strip().encode()).hexdigest()
+
+
+class VerdictCache:
+    """Verdicts of kernel sources already evaluated for a problem, shared by the phases of a run (a policy
+    often repeats itself) and bounded (least recently used entries go first), so it does not grow all run.
+    In-flight evaluations are shared too: a second identical candidate waits for the first one's verdict."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str], asyncio.Future] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, problem_key: str, code: str) -> asyncio.Future | None:
+        key = (problem_key, code_hash(code))
+        fut = self._entries.get(key)
+        if fut is not None:
+            if fut.done() and fut.exception() is not None:  # a failed evaluation is not an answer
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+        return fut
+
+    def store(self, problem_key: str, code: str, fut: asyncio.Future) -> None:
+        self._entries[(problem_key, code_hash(code))] = fut
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
+@dataclass
+class EpisodeRunner:
+    backend: Any  # RolloutBackend
+    builder: PromptBuilder
+    judge: JudgeFn
+    score: ScoreFn
+    cfg: "KforgeConfig"
+    cache: VerdictCache | None = field(default_factory=VerdictCache)
+
+    async def run(self, jobs: list[tuple[Problem, int]], policy_version: int, seed: int,
+                  on_turn: OnTurn | None = None) -> Rollouts:
+        """One trajectory per (problem, group index) job, in job order, with this phase's statistics."""
+        stats = RolloutStats()
+        t0 = time.time()
+        trajectories = await run_episodes(jobs, _Timed(self.backend, stats), self.builder,
+                                          lambda p, c, b: self._evaluate(p, c, b, stats), self.score, self.cfg,
+                                          policy_version, on_turn=on_turn, seed=seed)
+        stats.wall_s = time.time() - t0
+        return Rollouts(trajectories, stats)
+
+    async def run_groups(self, problems: list[Problem], group_size: int, policy_version: int, seed: int,
+                         on_turn: OnTurn | None = None) -> Rollouts:
+        return await self.run([(p, g) for p in problems for g in range(group_size)], policy_version, seed, on_turn)
+
+    async def _evaluate(self, problem: Problem, code: str, backend: str, stats: RolloutStats) -> Verdict:
+        fut = self.cache.lookup(problem.key, code) if self.cache is not None else None
+        if fut is not None:
+            stats.cache_hits += 1
+            return await asyncio.shield(fut)
+        fut = asyncio.ensure_future(self._timed_judge(problem, code, backend, stats))
+        if self.cache is not None:
+            self.cache.store(problem.key, code, fut)
+        return await asyncio.shield(fut)
+
+    async def _timed_judge(self, problem: Problem, code: str, backend: str, stats: RolloutStats) -> Verdict:
+        stats.evaluated += 1
+        t0 = time.time()
+        try:
+            return await self.judge(problem, code, backend)
+        finally:
+            stats.eval_sum_s += time.time() - t0
+
+
+class _Timed:
+    """The rollout backend with the time spent in engine calls added to one phase's statistics."""
+
+    def __init__(self, backend: Any, stats: RolloutStats) -> None:
+        self._backend, self._stats = backend, stats
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None = None) -> Any:
+        t0 = time.time()
+        try:
+            return await self._backend.agenerate(requests, on_completion)
+        finally:
+            self._stats.generate_s += time.time() - t0

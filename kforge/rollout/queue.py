@@ -1,0 +1,54 @@
+"""Requests from many trajectories, handed to the engine as they come: no turn barrier.
+
+A trajectory asks for its next completion as soon as its own verdict is back. An engine that schedules
+requests itself (`backend.concurrent`, vLLM) gets each request at once; an engine that takes one call at
+a time (hf) gets, whenever it is free, one batch of every request that is waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kforge.rollout.base import Completion, GenerationRequest
+
+
+class GenerationQueue:
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self._waiting: list[tuple[GenerationRequest, asyncio.Future]] = []
+        self._drain: asyncio.Task | None = None
+        self.batches: list[int] = []  # size of each call made to a one-call-at-a-time engine
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        if getattr(self.backend, "concurrent", False):
+            (completion,) = await self.backend.agenerate([request])
+            return completion
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiting.append((request, fut))
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.ensure_future(self._run())
+        return await fut
+
+    async def _run(self) -> None:
+        while self._waiting:
+            await asyncio.sleep(0)  # trajectories that became ready in this loop turn join the batch
+            batch, self._waiting = self._waiting, []
+            self.batches.append(len(batch))
+
+            def done(i: int, completion: Completion) -> None:
+                if not batch[i][1].done():
+                    batch[i][1].set_result(completion)
+
+            try:
+                outs = await self.backend.agenerate([req for req, _ in batch], done)
+            except BaseException as exc:  # every waiting trajectory sees the engine's failure
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            for (_, fut), completion in zip(batch, outs):
+                if not fut.done():
+                    fut.set_result(completion)

@@ -1,0 +1,98 @@
+"""Finding a run's adapter: a run (its newest checkpoint or a given step), a checkpoint folder, or an
+adapter folder. `kforge export` and `kforge eval` both ask here; the layout itself is `RunFolder`'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kforge.runs.folder import CHECKPOINTS_DIR, CKPT_PREFIX, CONFIG_FILE, STATUS_FILE, RunFolder, checkpoint_step, find_run
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+class LocateError(ValueError):
+    """Nothing exportable where the user pointed; the message is one line saying what to give instead."""
+
+
+@dataclass
+class Located:
+    adapter_dir: Path
+    run: RunFolder | None = None
+    checkpoint_dir: Path | None = None
+    step: int | None = None
+
+
+def find_adapter(folder: Path) -> Path:
+    """The adapter folder inside a checkpoint: the shallowest one holding adapter_config.json and weights.
+
+    Temporary folders of an interrupted write (names starting with '.') are ignored; a `NAME.old` twin
+    left by a crash between two renames is used only when nothing else is there.
+    """
+    found = [p.parent for p in folder.rglob(ADAPTER_CONFIG)
+             if not any(part.startswith(".") for part in p.relative_to(folder).parts)]
+    found = [p for p in found if (p / ADAPTER_WEIGHTS).is_file() or (p / "adapter_model.bin").is_file()]
+    if not found:
+        raise LocateError(f"{folder}: no {ADAPTER_CONFIG} with adapter weights in it or its subfolders; "
+                          "give a run, a checkpoint folder (runs/NAME/checkpoints/step_N) or an adapter folder")
+    fresh = [p for p in found if not any(part.endswith(".old") for part in p.relative_to(folder).parts)]
+    return min(fresh or found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
+
+
+def is_run(folder: Path) -> bool:
+    return (folder / STATUS_FILE).is_file() or ((folder / CONFIG_FILE).is_file() and (folder / CHECKPOINTS_DIR).is_dir())
+
+
+def enclosing_run(folder: Path) -> RunFolder | None:
+    for parent in [folder, *folder.parents]:
+        if is_run(parent):
+            return RunFolder(parent)
+    return None
+
+
+def is_run_or_adapter(spec: str, runs_dir: str | Path) -> bool:
+    """Does `spec` name something here (a run, a checkpoint or an adapter folder), not a base model id?"""
+    path = Path(spec)
+    if is_run(path) or is_run(Path(runs_dir) / spec):
+        return True
+    return path.is_dir() and any(path.rglob(ADAPTER_CONFIG))
+
+
+def load_run_config(run: RunFolder) -> "KforgeConfig":
+    """The run's own resolved config, exactly as written (no KFORGE_* environment layered on top)."""
+    import yaml
+
+    from kforge.config.schema import KforgeConfig
+
+    try:
+        data = yaml.safe_load(run.config_path.read_text()) or {}
+        return KforgeConfig.model_validate(data)
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise LocateError(f"{run.config_path}: cannot read the run's config: {str(exc).splitlines()[0]}") from None
+
+
+def locate(spec: str, runs_dir: str | Path = "runs", step: int | None = None) -> Located:
+    """A run (name or folder: its last checkpoint, or `step`), a checkpoint folder, or an adapter folder."""
+    path = Path(spec)
+    if path.is_dir() and not is_run(path):
+        if step is not None:
+            raise LocateError(f"--step picks a checkpoint of a run; {path} is already a checkpoint or adapter folder")
+        run = enclosing_run(path.resolve())
+        ckpt = path
+        for parent in [path.resolve(), *path.resolve().parents]:
+            if parent.name.startswith(CKPT_PREFIX) and parent.parent.name == CHECKPOINTS_DIR:
+                ckpt = parent
+                break
+    else:
+        try:
+            run = find_run(spec, runs_dir)
+            ckpt = run.checkpoint(step)
+        except FileNotFoundError as exc:
+            raise LocateError(str(exc)) from None
+    adapter = find_adapter(ckpt)
+    return Located(adapter, run, ckpt if ckpt != adapter else None, checkpoint_step(ckpt))

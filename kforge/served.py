@@ -1,0 +1,308 @@
+"""One object served in a spawned process: how the learner and the vLLM engine run beside the trainer.
+
+Why a process: a role must see only its own GPUs (CUDA_VISIBLE_DEVICES has to be set before torch
+initialises CUDA), its CUDA state and crashes must not reach the trainer, and a hang must be noticed.
+
+- The environment is in place when the child's interpreter starts (set around `start()` under a lock,
+  and again in the child before the object's module is imported).
+- Ready handshake: the constructor returns once the child built the object, or raises with its error.
+- Every call has an id and may have a deadline; several calls may be in flight (a coroutine method of
+  the object runs concurrently in the child's event loop, a plain method runs in arrival order).
+- Liveness: a reader thread notices a dead child at once and fails every pending call with its exit
+  code and the child's last error (the tail of its log file, or the last traceback it sent).
+- A call past its deadline marks the process hung; later calls fail at once and `close()` kills it.
+- Ordered close: the child finishes its in-flight calls, calls the object's `close()`, answers and exits;
+  a child that does not is terminated, then killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import importlib
+import itertools
+import multiprocessing as mp
+import os
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+_ENV_LOCK = threading.Lock()
+_CLOSE = "__close__"
+
+
+class ServedError(RuntimeError):
+    """The served process failed; the first line of the message says what, for the user."""
+
+
+class ProcessDied(ServedError):
+    pass
+
+
+class CallTimeout(ServedError):
+    pass
+
+
+class CallFailed(ServedError):
+    """The object's method raised in the child; `child_traceback` holds the child's traceback."""
+
+    def __init__(self, message: str, child_traceback: str = "") -> None:
+        super().__init__(message)
+        self.child_traceback = child_traceback
+
+
+def resolve(spec: str) -> Any:
+    """`package.module:Name.attr` -> the object."""
+    module, _, name = spec.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------- child side
+def _child_main(conn: Any, env: dict[str, str], log_path: str | None, factory: str, kwargs: dict[str, Any]) -> None:
+    os.environ.update(env)  # before the factory's module (and torch) is imported
+    if log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    asyncio.run(_serve(conn, factory, kwargs))
+
+
+async def _serve(conn: Any, factory: str, kwargs: dict[str, Any]) -> None:
+    loop = asyncio.get_running_loop()
+    send_lock = threading.Lock()
+
+    def reply(kind: str, cid: int, payload: Any) -> None:
+        with send_lock:
+            try:
+                conn.send((kind, cid, payload))
+            except Exception:  # an unpicklable result: say so rather than dying
+                if kind != "ok":
+                    raise
+                conn.send(("error", cid, _tail(traceback.format_exc())))
+
+    try:
+        obj = resolve(factory)(**kwargs)
+    except BaseException:
+        reply("error", 0, _tail(traceback.format_exc()))
+        return
+    reply("ok", 0, {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    inflight: set[asyncio.Task] = set()
+
+    async def run_async(cid: int, fn: Any, call_kwargs: dict[str, Any]) -> None:
+        try:
+            reply("ok", cid, await fn(**call_kwargs))
+        except BaseException:
+            reply("error", cid, _tail(traceback.format_exc()))
+
+    while True:
+        try:
+            cid, method, call_kwargs = await loop.run_in_executor(None, conn.recv)
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if method == _CLOSE:
+            await asyncio.gather(*inflight, return_exceptions=True)
+            close = getattr(obj, "close", None)
+            try:
+                if close is not None:
+                    result = close()
+                    if asyncio.iscoroutine(result):
+                        await result
+                reply("ok", cid, None)
+            except BaseException:
+                reply("error", cid, _tail(traceback.format_exc()))
+            return
+        try:
+            fn = getattr(obj, method)
+        except AttributeError:
+            reply("error", cid, f"AttributeError: the served object has no method {method!r}")
+            continue
+        if asyncio.iscoroutinefunction(fn):
+            task = asyncio.ensure_future(run_async(cid, fn, call_kwargs))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        else:
+            try:
+                reply("ok", cid, fn(**call_kwargs))
+            except BaseException:
+                reply("error", cid, _tail(traceback.format_exc()))
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------- parent side
+class ServedProcess:
+    """The parent's handle: `call` (blocking) and `acall` (awaitable) with deadlines, `close`."""
+
+    def __init__(
+        self,
+        factory: str,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        name: str,
+        env: dict[str, str] | None = None,
+        log_path: str | Path | None = None,
+        start_timeout_s: float | None = 1200.0,
+        daemon: bool = True,
+    ) -> None:
+        self.name = name
+        self.log_path = str(log_path) if log_path else None
+        self.info: dict[str, Any] = {}
+        self.last_error = ""
+        self._hung = ""  # why calls are refused (a call passed its deadline)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, cf.Future]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        env = dict(env or {})
+        ctx = mp.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._proc = ctx.Process(target=_child_main, args=(child_conn, env, self.log_path, factory, kwargs or {}),
+                                 name=f"kforge-{name}", daemon=daemon)
+        ready: cf.Future = cf.Future()
+        self._pending[0] = ("start", ready)
+        with _ENV_LOCK:  # the spawned interpreter starts with the environment of this moment
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                self._proc.start()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        child_conn.close()
+        self._reader = threading.Thread(target=self._read, name=f"kforge-{name}-reader", daemon=True)
+        self._reader.start()
+        try:
+            self.info = self._wait(ready, start_timeout_s, "start")
+        except ServedError:
+            self.close(timeout_s=5)
+            raise
+
+    # ------------------------------------------------------------------ reading
+    def _read(self) -> None:
+        while True:
+            try:
+                if not self._conn.poll(0.2):
+                    if not self._proc.is_alive():
+                        self._proc.join(timeout=1)
+                        break
+                    continue
+                kind, cid, payload = self._conn.recv()
+            except (EOFError, OSError):
+                self._proc.join(timeout=5)
+                break
+            with self._lock:
+                entry = self._pending.pop(cid, None)
+            if kind == "error":
+                self.last_error = payload
+            if entry is None:
+                continue  # the answer to a call that already timed out
+            method, fut = entry
+            if kind == "ok":
+                fut.set_result(payload)
+            else:
+                last = payload.strip().splitlines()[-1] if payload.strip() else "unknown error"
+                fut.set_exception(CallFailed(f"{self.name}.{method} failed in its process: {last}", payload))
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for method, fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ProcessDied(self._death(method)))
+
+    def _death(self, method: str) -> str:
+        code = self._proc.exitcode
+        why = f"{self.name} process died during {method} (exit code {code})"
+        last = self._last_words()
+        return why + (f"; its last output:\n{last}" if last else "")
+
+    def _last_words(self, lines: int = 8) -> str:
+        if self.log_path and os.path.exists(self.log_path):
+            try:
+                text = Path(self.log_path).read_text(errors="replace")
+                return "\n".join(text.strip().splitlines()[-lines:])
+            except OSError:
+                pass
+        return "\n".join(self.last_error.strip().splitlines()[-lines:])
+
+    # ------------------------------------------------------------------ calls
+    def _submit(self, method: str, kwargs: dict[str, Any]) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        if self._closed:
+            fut.set_exception(ServedError(f"{self.name} process is closed ({method})"))
+            return fut
+        if self._hung:
+            fut.set_exception(CallTimeout(self._hung))
+            return fut
+        if not self._proc.is_alive():
+            fut.set_exception(ProcessDied(self._death(method)))
+            return fut
+        cid = next(self._ids)
+        with self._lock:
+            self._pending[cid] = (method, fut)
+            try:
+                self._conn.send((cid, method, kwargs))
+            except (OSError, BrokenPipeError):
+                self._pending.pop(cid, None)
+                fut.set_exception(ProcessDied(self._death(method)))
+        return fut
+
+    def _timed_out(self, method: str, timeout_s: float) -> CallTimeout:
+        self._hung = f"{self.name} did not answer {method} within {timeout_s:g} s (hung or overloaded)"
+        return CallTimeout(self._hung)
+
+    def _wait(self, fut: cf.Future, timeout_s: float | None, method: str) -> Any:
+        try:
+            return fut.result(timeout=timeout_s)
+        except cf.TimeoutError:
+            raise self._timed_out(method, timeout_s or 0.0) from None
+
+    def call(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Run `obj.method(**kwargs)` in the child and return its result; raises within `timeout_s`."""
+        return self._wait(self._submit(method, kwargs), timeout_s, method)
+
+    async def acall(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        fut = asyncio.wrap_future(self._submit(method, kwargs))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise self._timed_out(method, timeout_s or 0.0) from None
+
+    def alive(self) -> bool:
+        return self._proc.is_alive() and not self._hung
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    # ------------------------------------------------------------------ close
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Ask the child to finish and close its object; terminate, then kill, what does not."""
+        if self._closed:
+            return
+        if self._proc.is_alive() and not self._hung:
+            try:
+                self._wait(self._submit(_CLOSE, {}), timeout_s, "close")
+            except ServedError:
+                pass
+        self._closed = True
+        self._proc.join(timeout=5 if not self._hung else 0.1)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=10)
+        self._reader.join(timeout=2)
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+

@@ -1,0 +1,91 @@
+"""Everything a run needs, built in one place from the config: problems and their split, the eval pool,
+the learner (in-process on a CPU, its own process on GPUs), the rollout backend, the episode runner and
+the trainer. `kforge train` only parses, calls `build_trainer` and prints."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from kforge.config.schema import KforgeConfig
+from kforge.runs.folder import RunFolder
+from kforge.train.placement import Plan
+from kforge.train.trainer import Parts, Trainer
+
+log = logging.getLogger("kforge.train")
+
+
+class SetupError(ValueError):
+    """The run cannot start as configured; the message is one line for the user."""
+
+
+def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
+                  say: Callable[[str], None] = log.info) -> Trainer:
+    """The trainer of `run`, restored from its last checkpoint when `resume`. The caller closes
+    `trainer.parts` when done (also when this raises after the parts were built: they are closed here)."""
+    from kforge.problems import problems_from_config, split_problems
+    from kforge.problems.sources import ProblemSourceError
+    from kforge.train.data import ProblemSampler
+
+    try:
+        problems = problems_from_config(cfg.dataset)
+        train_set, test_set = split_problems(problems, cfg.dataset.test_fraction, cfg.dataset.seed)
+        if not train_set:
+            raise SetupError("the training split is empty: lower dataset.test_fraction or select more problems")
+        total = ProblemSampler(train_set, cfg.dataset.batch_size, cfg.dataset.epochs).total_steps
+    except (ProblemSourceError, ValueError) as exc:
+        raise SetupError(str(exc)) from None
+    say(f"{len(train_set)} training and {len(test_set)} held-out problems from {cfg.dataset.source}")
+    parts = build_parts(cfg, plan, run, min(total, cfg.max_steps) if cfg.max_steps else total, say)
+    try:
+        trainer = Trainer(cfg, run, plan, train_set, test_set, parts)
+        if resume:
+            last = run.last_checkpoint()
+            if last is not None:
+                trainer.restore(run.path / last["path"])
+        return trainer
+    except BaseException:
+        parts.close()
+        raise
+
+
+def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
+                say: Callable[[str], None] = log.info) -> Parts:
+    from kforge.eval.runner import build_runner
+    from kforge.evaluator import EvalPool
+    from kforge.rollout.factory import choose_backend, make_backend
+
+    pool = EvalPool(cfg.evaluator, devices=plan.eval or None)
+    learner = backend = None
+    try:
+        if plan.mode == "cpu":
+            from kforge.learner.learner import Learner
+            from kforge.rollout.hf import HFBackend
+
+            say("loading the model (CPU)")
+            learner = Learner(cfg, device="cpu", total_steps=total_steps, temperature=cfg.rollout.temperature)
+            backend = HFBackend.from_model(learner.model, learner.tokenizer, batch_size=cfg.rollout.hf_batch_size)
+            restart = None
+        else:
+            from kforge.train.learner_proc import LearnerProcess
+
+            say(f"starting the learner on GPU {plan.physical('learner')}")
+            learner = LearnerProcess(cfg, plan.physical("learner"), total_steps=total_steps,
+                                     log_path=str(run.path / "learner.log"))
+            say(f"starting the rollout engine on GPU {plan.physical('rollout')}")
+
+            # The vLLM worker writes its own log; the hf backend runs in this process and has none.
+            extra = {"log_path": str(run.path / "rollout.log")} if choose_backend(cfg.rollout.backend) == "vllm" else {}
+
+            def restart():  # a fresh engine after a crash, on the same GPUs
+                return make_backend(cfg, plan.rollout, **extra)
+
+            backend = restart()
+        runner = build_runner(cfg, backend, pool)
+    except BaseException:
+        for part in (backend, learner, pool):
+            if part is not None and hasattr(part, "close"):
+                part.close()
+        raise
+    return Parts(learner, backend, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart)
+

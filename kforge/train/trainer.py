@@ -1,0 +1,371 @@
+"""The training loop: rollouts -> credit -> learn -> sync -> log -> checkpoint, step after step.
+
+`build_trainer` (train/build.py) builds the parts; this module only drives them. One step reads top to
+bottom in `run_async`. With `rollout.max_staleness >= 1` and a split placement, the next step's rollouts
+start while the learner trains (their own `RolloutStats` travel with them, so no step's numbers leak into
+another's); the learner corrects the lag with the rollout log-probs.
+
+Determinism: every step's rollouts are seeded from (seed, step), and every generation request from
+(step seed, problem, group, turn), so a resumed run redoes the steps after its last checkpoint with the
+same problems and samples.
+
+Failure: a dead or hung learner (its calls have a deadline), a rollout worker that fails twice, or any
+error ends the run as `failed` with the reason in status.json; when the learner's state is still sound
+(it was not in the middle of a step) a checkpoint is saved first. `--resume` continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kforge.config.schema import KforgeConfig
+from kforge.policy.records import Trajectory, Turn
+from kforge.policy.runner import EpisodeRunner, Rollouts
+from kforge.problems.record import Problem
+from kforge.rollout.base import BackendError
+from kforge.runs.folder import LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
+from kforge.runs.transcripts import write_transcript
+from kforge.train.data import ProblemSampler
+from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
+from kforge.train.placement import Plan
+
+log = logging.getLogger("kforge.train")
+
+
+def step_seed(seed: int, step: int, salt: str = "") -> int:
+    digest = hashlib.sha256(f"{seed}/{step}/{salt}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class StopFlag:
+    """Ctrl-C once: finish the step, checkpoint, exit. Twice: stop now."""
+
+    requested: bool = False
+    _old: Any = None
+
+    def install(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested = True
+            log.warning("stop requested: finishing this step, saving a checkpoint (Ctrl-C again to stop now)")
+
+        try:
+            self._old = signal.signal(signal.SIGINT, handler)
+            signal.signal(signal.SIGTERM, handler)
+        except ValueError:  # not in the main thread (tests): no handler
+            self._old = None
+
+    def restore(self) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+@dataclass
+class Parts:
+    """What the trainer drives; built by `build_trainer`."""
+
+    learner: Any  # Learner (CPU, in-process) or LearnerProcess
+    backend: Any  # RolloutBackend
+    pool: Any  # EvalPool
+    runner: EpisodeRunner
+    shares_model: bool  # the rollout backend samples from the learner's in-process model (CPU mode)
+    restart_backend: Callable[[], Any] | None = None  # a fresh rollout backend (GPU placements)
+
+    def close(self) -> None:
+        for part in (self.backend, self.pool, self.learner):
+            close = getattr(part, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as exc:  # closing must not hide the run's own outcome
+                    log.warning("closing %s: %s", type(part).__name__, exc)
+
+
+@dataclass
+class StepTimes:
+    rollout_s: float = 0.0  # waiting for this step's rollouts (less than their wall time when pipelined)
+    learn_s: float = 0.0
+    sync_s: float = 0.0
+
+
+@dataclass
+class Trainer:
+    cfg: KforgeConfig
+    run: RunFolder
+    plan: Plan
+    train_problems: list[Problem]
+    test_problems: list[Problem]
+    parts: Parts
+    dashboard: Any = None
+    step: int = 0
+    restarts: int = 0
+    sampler: ProblemSampler = field(init=False)
+    _stop: StopFlag = field(default_factory=StopFlag)
+    _history: list[dict[str, Any]] = field(default_factory=list)
+    _sampler_after: dict[int, dict[str, int]] = field(default_factory=dict)
+    _synced_version: int | None = None
+    _learning: bool = False
+
+    def __post_init__(self) -> None:
+        ds = self.cfg.dataset
+        self.sampler = ProblemSampler(self.train_problems, ds.batch_size, ds.epochs, ds.shuffle, ds.seed)
+        self.levels = {p.key: p.level for p in self.train_problems + self.test_problems}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-learn")
+
+    @property
+    def total_steps(self) -> int:
+        planned = self.sampler.total_steps
+        return min(planned, self.cfg.max_steps) if self.cfg.max_steps else planned
+
+    @property
+    def pipelined(self) -> bool:
+        # One GPU: the engine sleeps while the learner trains, so only a split placement can overlap them.
+        return self.cfg.rollout.max_staleness >= 1 and self.plan.mode == "split"
+
+    # -- the loop -------------------------------------------------------------------------------------
+    async def run_async(self) -> str:
+        sinks = MetricSinks(str(self.run.path), self.cfg, resume_step=self.step)
+        self._begin()
+        status, pending = "finished", None  # pending: the next step's rollouts, started early
+        try:
+            while self.step < self.total_steps:
+                if self._stop.requested or self.run.stop_requested():
+                    status = "stopped"
+                    break
+                t0, step, times = time.time(), self.step + 1, StepTimes()
+                rollouts = await (pending or self._start_rollouts(step))  # 1. rollouts (+ evaluation)
+                pending = None
+                if rollouts is None:
+                    break
+                times.rollout_s = time.time() - t0
+                samples, credit = self._credit(rollouts.trajectories)  # 2. credit: returns, advantages
+                learning = asyncio.ensure_future(self._learn(samples, times))  # 3. learn, in a thread
+                if self.pipelined and step < self.total_steps:
+                    pending = self._start_rollouts(step + 1)  # on the current adapter, while it learns
+                learned = await learning
+                times.sync_s = self._sync_adapter()  # 4. the new adapter to the engine
+                self.step = step
+                metrics = step_metrics(step, self.sampler.epoch, rollouts, credit, learned, times.__dict__,
+                                       self.levels, self.cfg.log.per_level_metrics, self.restarts, self.plan)
+                metrics.update(await self._held_out(step))  # 5. log (held-out eval on its cadence)
+                metrics.update(self._scheduled_checkpoint(step))  # 6. checkpoint on its schedule
+                metrics["time/step_s"] = time.time() - t0
+                self._log(step, metrics, rollouts.trajectories, sinks)
+            await _cancel(pending)
+            self.save_checkpoint("stop" if status == "stopped" else "end")
+        except BaseException as exc:
+            await _cancel(pending)
+            status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
+            if status == "failed":
+                self._save_what_we_can()
+            self.run.set_status(status, step=self.step, error=f"{type(exc).__name__}: {exc}"[:500])
+            raise
+        finally:
+            sinks.close()
+        self.run.set_status(status, step=self.step, total_steps=self.total_steps)
+        return status
+
+    def run_blocking(self) -> str:
+        self._stop.install()
+        try:
+            return asyncio.run(self.run_async())
+        finally:
+            self._stop.restore()
+            self._executor.shutdown(wait=False)
+
+    def _begin(self) -> None:
+        # A STOP file left by an earlier `kforge runs stop` has been served; it must not stop this start.
+        (self.run.path / STOP_FILE).unlink(missing_ok=True)
+        if self.step == 0 and not self.run.last_checkpoint():
+            self.save_checkpoint("start")
+        # The engine starts from the learner's adapter (a `model.checkpoint` to start from, or the fresh
+        # LoRA, which also warms the engine's LoRA kernels before the first timed step).
+        self._sync_adapter()
+        self.run.set_status("running", step=self.step, total_steps=self.total_steps, preset=self.cfg.preset)
+
+    # -- 1. rollouts ----------------------------------------------------------------------------------
+    def _start_rollouts(self, step: int) -> "asyncio.Future[Rollouts | None]":
+        batch = self.sampler.next_batch()
+        # Resume from the sampler state right after this step's batch was drawn (pipelined mode has
+        # already drawn the next one when the checkpoint is written).
+        self._sampler_after[step] = self.sampler.state_dict()
+        if batch is None:
+            done: asyncio.Future = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return asyncio.ensure_future(self._rollouts(step, batch))
+
+    async def _rollouts(self, step: int, batch: list[Problem]) -> Rollouts:
+        seed = step_seed(self.cfg.dataset.seed, step)
+        seed_everything(seed)
+        if self.dashboard is not None:
+            self.dashboard.set_stage("rollout + eval", total=len(batch) * self.cfg.dataset.group_size * self.cfg.turns)
+        group = self.cfg.dataset.group_size
+        try:
+            return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
+        except BackendError as exc:
+            self._restart_backend(exc, step)
+            return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
+
+    def _restart_backend(self, exc: Exception, step: int) -> None:
+        """A dead rollout worker is started again with the current adapter and the step's rollouts are
+        redone once; a second failure ends the run (never a step computed from half the rollouts)."""
+        if self.parts.shares_model or self.parts.restart_backend is None:
+            raise exc
+        log.warning("step %d: rollout worker failed (%s); restarting it and retrying the step", step,
+                    str(exc).splitlines()[0])
+        try:
+            self.parts.backend.close()
+        except Exception as close_exc:  # the worker is already gone; closing is best effort
+            log.warning("closing the failed rollout worker: %s", close_exc)
+        self.parts.backend = self.parts.runner.backend = self.parts.restart_backend()
+        self._synced_version = None  # the new engine has no adapter yet
+        self._sync_adapter()
+        self.restarts += 1
+
+    def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None:
+        if self.dashboard is None:
+            return
+        self.dashboard.advance()
+        v = turn.verdict
+        status = v.status.value if v is not None else "format_error"
+        detail = f"x{v.speedup:.2f}" if v is not None and v.speedup else (",".join(v.flags) if v and v.flags else "")
+        self.dashboard.kernel(trajectory.problem_key, turn.index + 1, status, detail)
+
+    # -- 2. credit, 3. learn --------------------------------------------------------------------------
+    def _credit(self, trajectories: list[Trajectory]) -> tuple[list[Any], dict[str, float]]:
+        from kforge.credit.advantages import assign_returns, build_samples
+
+        assign_returns(trajectories, self.cfg.episode.gamma)
+        return build_samples(trajectories, self.cfg.learner)
+
+    async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
+        t0 = time.time()
+        if self.dashboard is not None:
+            self.dashboard.set_stage("learn", total=1)
+        if not samples:
+            log.warning("step %d: no sample with a non-zero advantage; optimiser step skipped", self.step + 1)
+            return {"learner/skipped": 1.0}
+        shared = self.plan.mode == "shared" and self.parts.backend is not None
+        if shared:
+            self.parts.backend.sleep()
+        version = self.parts.learner.version
+        self._learning = True  # stays set when train_step raises: the learner's state is then unknown
+        try:
+            metrics = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.parts.learner.train_step, samples)
+        finally:
+            times.learn_s = time.time() - t0
+        self._learning = False
+        if shared:
+            self.parts.backend.wake()
+        staleness = [version - s.policy_version for s in samples]  # versions behind the weights it trained
+        out = {k if "/" in k else f"learner/{k}": v for k, v in metrics.items()}
+        out.update({"staleness/max": float(max(staleness)), "staleness/mean": sum(staleness) / len(staleness)})
+        return out
+
+    # -- 4. sync --------------------------------------------------------------------------------------
+    def _sync_adapter(self, adapter_dir: Path | None = None) -> float:
+        """Hand the learner's current adapter to the rollout engine; returns the seconds it took."""
+        t0 = time.time()
+        version = self.parts.learner.version
+        if self.parts.shares_model:
+            self.parts.backend.load_adapter("", version)  # live weights: only the version label changes
+            return 0.0
+        if adapter_dir is None and version == self._synced_version:
+            return 0.0  # the learner skipped its step: the engine already has these weights
+        self._synced_version = version
+        if adapter_dir is None or not (adapter_dir / "adapter_config.json").exists():
+            adapter_dir = self.run.adapter_dir(version)
+            self.parts.learner.save_adapter(str(adapter_dir))
+        self.parts.backend.load_adapter(str(adapter_dir), version)
+        self.run.prune_adapters(keep=3)
+        return time.time() - t0
+
+    # -- 5. log ---------------------------------------------------------------------------------------
+    async def _held_out(self, step: int) -> dict[str, float]:
+        every = self.cfg.log.eval_every
+        if not (every and step % every == 0 and self.test_problems):
+            return {}
+        seed = step_seed(self.cfg.dataset.seed, step, "held-out")
+        rollouts = await self.parts.runner.run_groups(self.test_problems, 1, self.parts.learner.version, seed)
+        return held_out_metrics(rollouts.trajectories, self.levels)
+
+    def _log(self, step: int, metrics: dict[str, Any], trajectories: list[Trajectory], sinks: MetricSinks) -> None:
+        for warning in collapse_warnings(self._history, metrics):
+            log.warning("step %d: %s", step, warning)
+            if self.dashboard is not None:
+                self.dashboard.warn(warning)
+        self.run.log_metrics(metrics)
+        turns = [t for tr in trajectories for t in tr.turns]
+        sinks.write(step, metrics, {"hist/reward": [t.score for t in turns],
+                                    "hist/response_tokens": [float(len(t.response_ids)) for t in turns]})
+        if self.cfg.log.samples_max_mb > 0:
+            write_transcript(self.run.samples_path(step), step, trajectories, int(self.cfg.log.samples_max_mb * 2**20))
+        self._history = (self._history + [metrics])[-10:]
+        self.run.set_status("running", step=step, total_steps=self.total_steps, preset=self.cfg.preset)
+        if self.dashboard is not None:
+            self.dashboard.end_step(step, metrics, metrics["time/step_s"])
+        log.info("step %d/%d reward %.3f correct %.2f (%.1fs)", step, self.total_steps,
+                 metrics.get("reward/mean", 0.0), metrics.get("rate/correct", 0.0), metrics["time/step_s"])
+
+    # -- 6. checkpoints -------------------------------------------------------------------------------
+    def _scheduled_checkpoint(self, step: int) -> dict[str, float]:
+        every = self.cfg.log.save_every
+        if not (every and step % every == 0 and step < self.total_steps):
+            return {}
+        t0 = time.time()
+        self.save_checkpoint("scheduled")
+        return {"time/checkpoint_s": time.time() - t0}
+
+    def save_checkpoint(self, reason: str) -> Path:
+        state = {"sampler": self._sampler_after.get(self.step, self.sampler.state_dict())}
+        path = self.run.write_checkpoint(self.step, lambda d: self.parts.learner.save_checkpoint(str(d)), state, reason)
+        log.info("checkpoint %s (%s)", path.relative_to(self.run.path), reason)
+        return path
+
+    def restore(self, ckpt_dir: Path) -> None:
+        state = read_trainer_state(ckpt_dir)
+        self.parts.learner.load_checkpoint(str(ckpt_dir / LEARNER_DIR))
+        self.sampler.load_state_dict(state["sampler"])
+        self.step = int(state["step"])
+        self._sync_adapter(ckpt_dir / LEARNER_DIR / "adapter")
+        log.info("resumed from %s at step %d", ckpt_dir.name, self.step)
+
+    def _save_what_we_can(self) -> None:
+        """On failure: a checkpoint when the learner is alive and was not in the middle of a step (its
+        state is then exactly that of `self.step`); otherwise the last checkpoint is where --resume starts."""
+        alive = getattr(self.parts.learner, "alive", lambda: True)()
+        if self._learning or not alive:
+            last = self.run.last_checkpoint()
+            log.error("the learner's state since %s is lost; --resume continues from there",
+                      last["path"] if last else "the start")
+            return
+        try:
+            self.save_checkpoint("failed")
+        except Exception as exc:  # best effort: the failure itself is what the user must see
+            log.warning("could not save a checkpoint after the failure: %s", exc)
+
+
+async def _cancel(task: "asyncio.Future | None") -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,30 @@
+"""Fails when it finds what cache_poison.py left behind (it must not)."""
+import os
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def relu(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    relu_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+
+for _path in (os.path.join(os.environ.get("TRITON_CACHE_DIR", "."), "POISON"), "/dev/shm/kforge-poison"):
+    if os.path.exists(_path):
+        raise RuntimeError(f"poisoned: {_path}")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)

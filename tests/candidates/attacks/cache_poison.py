@@ -1,0 +1,33 @@
+"""Leaves files in its Triton cache and in /dev/shm for the next candidate to find."""
+import os
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def relu(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    relu_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+
+for _path in (os.path.join(os.environ.get("TRITON_CACHE_DIR", "."), "POISON"), "/dev/shm/kforge-poison"):
+    try:
+        with open(_path, "w") as _fh:
+            _fh.write("poison")
+    except OSError:
+        pass
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)

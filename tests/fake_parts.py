@@ -1,0 +1,160 @@
+"""Stand-ins for the model-backed parts of a run (learner, engine, prompt builder, eval pool), so that the
+trainer's own logic (pipelining, per-step statistics, failure handling, resume) is tested in seconds.
+They replace only what needs a model or a GPU; the trainer, the episode runner, the run folder and the
+served learner process are the real ones. `FakeLearnerService` runs inside a spawned process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kforge.evaluator.verdict import Status, Verdict
+from kforge.rollout.base import Completion
+
+
+class FakeLearner:
+    """Learner interface: every train_step takes `step_s` and bumps the version."""
+
+    def __init__(self, step_s: float = 0.0) -> None:
+        self.version = 0
+        self.step_s = step_s
+        self.trained: list[int] = []
+
+    def train_step(self, samples):
+        time.sleep(self.step_s)
+        self.trained.append(len(samples))
+        self.version += 1
+        return {"loss": 0.5}
+
+    def save_adapter(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "adapter_config.json").write_text(json.dumps({"version": self.version}))
+
+    def save_checkpoint(self, path):
+        self.save_adapter(Path(path) / "adapter")
+        (Path(path) / "state.json").write_text(json.dumps({"version": self.version}))
+
+    def load_checkpoint(self, path):
+        self.version = json.loads((Path(path) / "state.json").read_text())["version"]
+
+
+class FakeLearnerService:
+    """What a spawned learner process serves (the factory of `LearnerProcess`), around a FakeLearner;
+    hangs or dies at train step `at`."""
+
+    def __init__(self, fault: str = "", at: int = 0) -> None:
+        self.learner = FakeLearner()
+        self.fault, self.at, self.calls = fault, at, 0
+
+    def version(self) -> int:
+        return self.learner.version
+
+    def train_step(self, samples):
+        self.calls += 1
+        if self.calls == self.at and self.fault == "hang":
+            time.sleep(3600)
+        if self.calls == self.at and self.fault == "die":
+            print("learner: CUDA error: an illegal memory access was encountered", flush=True)
+            os._exit(7)
+        return self.learner.train_step(samples), self.learner.version
+
+    def save_adapter(self, path):
+        self.learner.save_adapter(path)
+
+    def save_checkpoint(self, path):
+        self.learner.save_checkpoint(path)
+
+    def load_checkpoint(self, path):
+        self.learner.load_checkpoint(path)
+        return self.learner.version
+
+
+@dataclass
+class Built:
+    ids: list[int]
+    prompt_tokens: int
+    dropped_attempts: int = 0
+
+
+class FakeBuilder:
+    """Prompt = [problem index, attempts so far]; the fake engine answers from it."""
+
+    backend = "triton"
+
+    def __init__(self, problems) -> None:
+        self.index = {p.key: i for i, p in enumerate(problems)}
+
+    def build(self, problem, history=(), budget=None):
+        ids = [self.index[problem.key] + 1, len(history) + 1]
+        return Built(ids, len(ids))
+
+
+class FakeEngine:
+    """One call at a time (like hf). The kernel is the same for every sample of a problem, so the
+    verdict cache answers all but the first of them."""
+
+    concurrent = False
+    tokenizer = None
+
+    def __init__(self) -> None:
+        self.version = 0
+
+    async def agenerate(self, requests, on_completion=None):
+        await asyncio.sleep(0.01)
+        outs = []
+        for i, r in enumerate(requests):
+            # Odd request seeds answer without a kernel: scores differ inside a group, so there is signal.
+            text = "no idea" if r.sampling.seed % 2 else (
+                f"<KERNEL>\n```python\nclass ModelNew:  # problem {r.prompt_ids[0]}\n    pass\n```\n</KERNEL>")
+            out = Completion([5, 6, 7], text, [-0.5, -0.5, -0.5], "stop", policy_version=self.version)
+            outs.append(out)
+            if on_completion is not None:
+                on_completion(i, out)
+        return outs
+
+    def load_adapter(self, path, version):
+        self.version = version
+
+    def sleep(self): ...
+    def wake(self): ...
+    def close(self): ...
+
+
+class FakePool:
+    """Judges every kernel incorrect, taking `eval_s` per kernel."""
+
+    def __init__(self, eval_s: float = 0.0) -> None:
+        self.eval_s = eval_s
+        self.calls = 0
+
+    async def evaluate(self, problem, code, backend):
+        self.calls += 1
+        await asyncio.sleep(self.eval_s)
+        return Verdict(Status.INCORRECT, feedback="wrong")
+
+    def close(self): ...
+
+
+class Echo:
+    """A served object for tests/test_served.py."""
+
+    def __init__(self, marker: str = "") -> None:
+        self.marker = marker
+
+    def env(self, name):
+        return os.environ.get(name)
+
+    async def slow(self, seconds, value):
+        await asyncio.sleep(seconds)
+        return value
+
+    def boom(self):
+        raise ValueError("bad input to boom")
+
+    def close(self):
+        if self.marker:
+            Path(self.marker).write_text("closed")

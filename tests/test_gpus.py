@@ -1,0 +1,66 @@
+"""The one logical -> physical GPU mapping (kforge.gpus) and placement errors, on a pretend machine."""
+
+from __future__ import annotations
+
+import pytest
+
+import kforge.gpus as gpus
+from kforge.train.placement import PlacementError, plan_placement
+
+
+def machine(monkeypatch, n: int) -> None:
+    listing = tuple(gpus.Gpu(str(i), f"GPU-{i}a{i}b", f"NVIDIA H100 #{i}", 80000, 0, "580") for i in range(n))
+    monkeypatch.setattr(gpus, "_machine_gpus", lambda: listing)
+
+
+def test_logical_to_physical_follows_cuda_visible_devices(monkeypatch):
+    machine(monkeypatch, 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpus.visible_ids() == ["0", "1", "2", "3"] and gpus.physical_id(3) == "3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert gpus.physical_id(0) == "2" and gpus.gpu_name(0) == "NVIDIA H100 #2"
+    assert gpus.child_visible_devices([1, 0]) == "0,2"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-3a,1")  # UUID prefixes name GPUs too
+    assert gpus.visible_ids() == ["GPU-3a", "1"] and gpus.gpu_name(0) == "NVIDIA H100 #3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,-1,3")  # CUDA stops at the first invalid entry
+    assert gpus.visible_ids() == ["1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,1")  # a GPU that does not exist ends the list as well
+    assert gpus.visible_ids() == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-5a3c-11")  # MIG instances pass through unchanged
+    assert gpus.physical_id(0) == "MIG-5a3c-11"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert gpus.visible_ids() == []
+    with pytest.raises(gpus.GpuIndexError, match="GPU 0 does not exist: no GPU is visible"):
+        gpus.physical_id(0)
+
+
+def test_no_gpu_machine_sees_none_whatever_the_variable_says(monkeypatch):
+    machine(monkeypatch, 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert gpus.visible_ids() == []
+
+
+def test_placement_rejects_gpus_that_are_not_visible(monkeypatch):
+    machine(monkeypatch, 0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert plan_placement().mode == "cpu"
+    with pytest.raises(PlacementError, match="learner GPU 1 does not exist: no GPU is visible"):
+        plan_placement(None, {"learner": [1]})  # on a CPU machine this used to be ignored
+    machine(monkeypatch, 2)
+    with pytest.raises(PlacementError, match="eval GPU 2 does not exist: 2 GPU"):
+        plan_placement(None, {"eval": [2]})
+    plan = plan_placement(None, {"eval": [0]})
+    assert (plan.mode, plan.rollout, plan.learner, plan.eval) == ("split", [0], [1], [0])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert plan_placement().physical("rollout") == "1"
+
+
+def test_train_gpus_option_naming_an_invisible_gpu_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "kforge", "train", "--preset", "tiny", "--runs-dir", str(tmp_path),
+                          "--gpus", "learner=1", "--plain"], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "learner GPU 1 does not exist" in out.stdout + out.stderr and "Traceback" not in out.stderr

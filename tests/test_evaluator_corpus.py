@@ -227,17 +227,8 @@ def _attack_code(attack, pools: _Pools) -> str:
 @pytest.mark.parametrize("attack,mode", _ATTACK_RUNS, ids=[f"{a.file}-{m}" for a, m in _ATTACK_RUNS])
 def test_attack(pools: _Pools, attack, mode: str) -> None:
     v = pools[mode].submit(make_problem(attack.problem), _attack_code(attack, pools)).result(timeout=120)
-    want = attack.expect[mode]
     got = f"{v.status.value} {v.flags} {v.details.get('reason')} {v.error[-300:]}"
-    if want == "rejected":
-        assert not v.correct, got
-    else:
-        status, *flags = want.split("+")
-        assert v.status.value == status, got
-        for flag in flags:
-            assert flag in v.flags, got
-        if not flags and status == "correct":
-            assert v.correct, got
+    assert _manifest.matches(attack.expect[mode], v), f"wanted {attack.expect[mode]}, got {got}"
     assert SECRET not in v.error and SECRET not in v.feedback and "HF_TOKEN" not in v.error
     if attack.file == "read_cache.py" and mode == "bare":
         assert "Permission denied" in v.error, v.error

@@ -147,15 +147,6 @@ class CgroupFactory:
                     pass
         return path
 
-    def limits(self) -> dict[str, bool]:
-        """Which per-child limits this machine lets the pool set (for --explain-sandbox)."""
-        probe = self.new(pids_max=64, memory_max=1 << 30)
-        try:
-            return {name: probe is not None and (probe / name).exists() and (probe / name).read_text().strip() != "max"
-                    for name in ("pids.max", "memory.max")}
-        finally:
-            self.kill_and_remove(probe)
-
     @staticmethod
     def kill_and_remove(path: Path | None) -> None:
         if path is None:

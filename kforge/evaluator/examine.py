@@ -16,11 +16,11 @@ import time
 from typing import Any
 
 from kforge.evaluator import protocol as P
-from kforge.evaluator.children import Child, ProtocolViolation, Slot
+from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.feedback import clean_error
 from kforge.evaluator.judge import check_samples, judge_trials, meta_mismatch, parent_ms_per_call, timing_consistent
-from kforge.evaluator.reference import Reference, fresh_seeds, sample_bound, timed_batches, trial_order
+from kforge.evaluator.reference import Reference, fresh_seeds, timed_batches, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
 
 _ERROR_STATUS = {"compile_error": Status.COMPILE_ERROR, "format_error": Status.FORMAT_ERROR}
@@ -64,7 +64,7 @@ class Examination:
             self._timed_out()
         except EOFError:
             self._died()
-        except (ProtocolViolation, Exception) as exc:  # noqa: BLE001 - whatever the child sent is its fault
+        except Exception as exc:  # noqa: BLE001 - a protocol violation, or anything else the child's data raised
             self.v.status = Status.CRASHED
             self.v.flags.append("protocol_violation")
             self.v.details["reason"] = f"the child broke the evaluation protocol ({str(exc)[:200] or type(exc).__name__})"
@@ -132,12 +132,13 @@ class Examination:
         t0 = time.monotonic()
         deadline = t0 + cfg.timing_timeout_s
         self._ask({"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
-        seeds = list(ref.timing_seeds)
-        random.Random().shuffle(seeds)  # fresh inputs per call, in an order the child cannot predict
-        want = [ref.samples[ref.timing_seeds.index(s)] for s in seeds]
+        order = list(range(len(ref.timing_seeds)))
+        random.Random().shuffle(order)  # fresh inputs per call, in an order the child cannot predict
+        seeds = [ref.timing_seeds[i] for i in order]
+        want = [ref.samples[i] for i in order]
         assert self.child is not None
         clock, got, err = timed_batches(self.child, seeds, ref.batch, ref.positions, deadline,
-                                        sample_bound(ref.positions, ref.batch))
+                                        P.sample_bound(ref.positions, ref.batch))
         if err:
             self.v.flags.append("failed_when_timed")
             self.v.error = clean_error(err, self.child.scratch, self.ctx.secrets)

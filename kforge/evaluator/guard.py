@@ -17,6 +17,7 @@ their own. The parent's checks (its own trials, comparison, clock and output sam
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from dataclasses import dataclass, field
@@ -71,12 +72,13 @@ def _stdlib_dirs() -> tuple[str, ...]:
     return tuple(os.path.join(p, "") for p in paths if p and "site-packages" not in p)
 
 
+_FD_PATH = re.compile(r"^/+(proc/+[^/]+/+(task/+\d+/+)?fd|dev/+fd|dev/+std(in|out|err))(/|$)")
+
+
 def fd_path(path: Any) -> bool:
     """/proc/self/fd/N, /proc/<pid>/fd/N, /proc/thread-self/fd/N or /dev/fd/N (and /dev/stdout...)."""
-    import re
-
     text = path.decode(errors="replace") if isinstance(path, bytes) else str(path)
-    return bool(re.match(r"^/+(proc/+[^/]+/+(task/+\d+/+)?fd|dev/+fd|dev/+std(in|out|err))(/|$)", text))
+    return bool(_FD_PATH.match(text))
 
 
 def install_audit_hook(guard: Guard) -> None:

@@ -91,13 +91,13 @@ class EvalPool:
         if self._closed:
             raise RuntimeError("EvalPool is closed")
         measure = self.cfg.measure_performance if measure is None else measure
-        early = self._precheck(problem, code, backend)
+        early, flags = self._precheck(problem, code, backend)
         if early is not None:
             fut: cf.Future[Verdict] = cf.Future()
             fut.set_result(early)
             return fut
         if backend != "cuda":
-            return self._executor.submit(self._guarded, problem, code, backend, measure, None, 0.0)
+            return self._executor.submit(self._guarded, problem, code, backend, measure, None, 0.0, flags)
         result: cf.Future[Verdict] = cf.Future()
 
         def after_build(bf: cf.Future[tuple[str, Verdict | None, float]]) -> None:
@@ -109,7 +109,7 @@ class EvalPool:
             if failed is not None:
                 result.set_result(failed)
                 return
-            ef = self._executor.submit(self._guarded, problem, code, backend, measure, build_dir, compile_s)
+            ef = self._executor.submit(self._guarded, problem, code, backend, measure, build_dir, compile_s, flags)
             ef.add_done_callback(lambda f: result.set_exception(f.exception()) if f.exception()
                                  else result.set_result(f.result()))
 
@@ -162,19 +162,20 @@ class EvalPool:
     # stages
     # ---------------------------------------------------------------------------------------
 
-    def _precheck(self, problem: Problem, code: str, backend: str) -> Verdict | None:
+    def _precheck(self, problem: Problem, code: str, backend: str) -> tuple[Verdict | None, list[str]]:
+        """A verdict when the candidate cannot run (or may not), else None and the static check's flags."""
         if backend not in BACKENDS:
             return self._finish(Verdict(Status.UNSUPPORTED, details={"reason": f"unknown backend {backend!r} "
-                                                                     f"(use one of {', '.join(BACKENDS)})"}))
+                                                                     f"(use one of {', '.join(BACKENDS)})"})), []
         if not code or not code.strip():
-            return self._finish(Verdict(Status.FORMAT_ERROR, details={"reason": "empty kernel source"}))
+            return self._finish(Verdict(Status.FORMAT_ERROR, details={"reason": "empty kernel source"})), []
         if backend == "cuda" and self.cpu_mode:
             return self._finish(Verdict(Status.UNSUPPORTED, timing_meaningful=False, details={
-                "reason": "CUDA candidates are unsupported on this machine: no GPU (use the triton backend)"}))
+                "reason": "CUDA candidates are unsupported on this machine: no GPU (use the triton backend)"})), []
         if problem.hub_models:
             return self._finish(Verdict(Status.UNSUPPORTED, details={
                 "reason": f"the reference downloads {', '.join(problem.hub_models)} from the hub; "
-                          "not evaluated here"}))
+                          "not evaluated here"})), []
         rep = check_source(code, problem.code, backend)
         if rep.errors and self.cfg.static_checks:
             syntax = rep.errors[0].startswith("SyntaxError")
@@ -182,21 +183,20 @@ class EvalPool:
                         timing_meaningful=not self.cpu_mode)
             v.error = "\n".join(rep.errors)
             v.details["reason"] = rep.errors[0]
-            return self._finish(v)
-        return None
+            return self._finish(v), []
+        return None, list(rep.flags) if self.cfg.static_checks else []
 
     def _guarded(self, problem: Problem, code: str, backend: str, measure: bool, build_dir: str | None,
-                 compile_s: float) -> Verdict:
+                 compile_s: float, flags: list[str]) -> Verdict:
         slot = self._tokens.get()
         try:
-            return self._evaluate(slot, problem, code, backend, measure, build_dir, compile_s)
+            return self._evaluate(slot, problem, code, backend, measure, build_dir, compile_s, flags)
         finally:
             self._tokens.put(slot)
 
     def _evaluate(self, slot: Slot, problem: Problem, code: str, backend: str, measure: bool,
-                  build_dir: str | None, compile_s: float) -> Verdict:
+                  build_dir: str | None, compile_s: float, flags: list[str]) -> Verdict:
         t_start = time.monotonic()
-        rep = check_source(code, problem.code, backend)
         baselines = (self.cfg.baseline,) if measure and self._file_baseline(problem) is None else ()
         ref = self.references.get(slot, problem, baselines)
         if ref.error and _out_of_memory(ref.error):
@@ -208,7 +208,7 @@ class EvalPool:
                         details={"reason": "the problem's reference Model failed; not the candidate's fault",
                                  "reference_error": True})
             return self._finish(v)
-        v = Verdict(Status.RUNTIME_ERROR, flags=list(rep.flags) if self.cfg.static_checks else [], compile_s=compile_s,
+        v = Verdict(Status.RUNTIME_ERROR, flags=list(flags), compile_s=compile_s,
                     timing_meaningful=slot.on_gpu and measure)
         v.details["durations"] = {"build_s": compile_s}
         Examination(self.ctx, slot, ref, v).run(code, problem.code, backend, build_dir)

@@ -46,6 +46,12 @@ def answer_bound(outputs: list[Any]) -> int:
     return output_bytes(outputs) + 256 * len(outputs) + HEADROOM
 
 
+def sample_bound(positions: list[Any], calls: int) -> int:
+    """The largest frame of sampled values (`positions` per output) for `calls` kept outputs can be."""
+    per_call = sum((int(p.numel()) * 16 + 256) if hasattr(p, "numel") else 256 for p in positions)
+    return per_call * calls + HEADROOM
+
+
 def inputs_only(problem_code: str) -> str:
     """The problem module without its Model class: what a candidate child needs to build inputs.
 

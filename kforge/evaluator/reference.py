@@ -91,11 +91,6 @@ def timed_batches(child: Child, seeds: list[int], batch: int, positions: list[An
     return Clock(wall, ms), samples, ""
 
 
-def sample_bound(positions: list[Any], calls: int) -> int:
-    per_call = sum((int(p.numel()) * 16 + 256) if isinstance(p, torch.Tensor) else 256 for p in positions)
-    return per_call * calls + P.HEADROOM
-
-
 class ReferenceCache:
     """Reference results per (problem, trial plan, device), in memory and on disk."""
 

@@ -137,6 +137,15 @@ class Attack:
         return (HERE / "attacks" / self.file).read_text()
 
 
+def matches(want: str, verdict) -> bool:
+    """Whether a Verdict is what an Attack.expect entry asks for."""
+    if want == "rejected":
+        return not verdict.correct
+    status, *flags = want.split("+")
+    return (verdict.status.value == status and all(f in verdict.flags for f in flags)
+            and (bool(flags) or status != "correct" or verdict.correct))
+
+
 ATTACKS = [
     Attack("forged_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "the parent's clock around each timed batch disagrees with the forged report"),

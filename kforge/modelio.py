@@ -159,3 +159,37 @@ def load_causal_lm(
     if device and not load_in_4bit:
         model = model.to(device)
     return model
+
+
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+
+
+def context_length(name: str, gguf_file: str | None = None, trust_remote_code: bool = False) -> int | None:
+    """The longest sequence the model was built for, from its config; None when it cannot be read."""
+    try:
+        from transformers import AutoConfig
+
+        ref = resolve_model(name, gguf_file)
+        config = AutoConfig.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
+    except Exception:  # an unreadable config caps nothing; loading the model reports the real problem
+        return None
+    config = getattr(config, "text_config", None) or config
+    for key in _CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def fit_context(cfg: Any, say: Any) -> None:
+    """Cap `model.max_model_len` at the model's own context: presets are written for 16k-context models,
+    and vLLM refuses a longer length than the model has. One line says so when it happens."""
+    limit = context_length(cfg.model.name, cfg.model.gguf_file, cfg.model.trust_remote_code)
+    if limit is None or cfg.model.max_model_len <= limit:
+        return
+    # The prompt budget shrinks with it, leaving a response its max_tokens (or half the context).
+    budget = min(cfg.episode.context_budget_tokens, max(limit - cfg.rollout.max_tokens, limit // 2))
+    say(f"model.max_model_len {cfg.model.max_model_len} is longer than {cfg.model.name}'s context ({limit}): "
+        f"using {limit}, with episode.context_budget_tokens {budget}")
+    cfg.model.max_model_len = limit
+    cfg.episode.context_budget_tokens = budget

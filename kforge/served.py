@@ -6,8 +6,13 @@ initialises CUDA), its CUDA state and crashes must not reach the trainer, and a 
 - The environment is in place when the child's interpreter starts (set around `start()` under a lock,
   and again in the child before the object's module is imported).
 - Ready handshake: the constructor returns once the child built the object, or raises with its error.
-- Every call has an id and may have a deadline; several calls may be in flight (a coroutine method of
-  the object runs concurrently in the child's event loop, a plain method runs in arrival order).
+- Every call has an id and a deadline (the call's own, else the process's `call_timeout_s`); several
+  calls may be in flight (a coroutine method of the object runs concurrently in the child's event loop,
+  a plain method runs in arrival order).
+- No thread ever blocks on the pipe while holding what another needs: requests go out through one writer
+  thread (a caller never waits for the child to read), and the reader thread drains answers without
+  waiting for any caller. Both ends of a pipe fill up when many large calls are in flight; a send under
+  the lock that the reader needs to deliver answers would stop both processes for good.
 - Liveness: a reader thread notices a dead child at once and fails every pending call with its exit
   code and the child's last error (the tail of its log file, or the last traceback it sent).
 - A call past its deadline marks the process hung; later calls fail at once and `close()` kills it.
@@ -23,6 +28,7 @@ import importlib
 import itertools
 import multiprocessing as mp
 import os
+import queue
 import threading
 import traceback
 from pathlib import Path
@@ -148,16 +154,20 @@ class ServedProcess:
         env: dict[str, str] | None = None,
         log_path: str | Path | None = None,
         start_timeout_s: float | None = 1200.0,
+        call_timeout_s: float | None = None,
         daemon: bool = True,
     ) -> None:
         self.name = name
+        self.call_timeout_s = call_timeout_s  # the deadline of a call that names none
         self.log_path = str(log_path) if log_path else None
         self.info: dict[str, Any] = {}
         self.last_error = ""
         self._hung = ""  # why calls are refused (a call passed its deadline)
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, cf.Future]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _pending only; never held around pipe I/O
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._reader_done = False
         self._closed = False
         env = dict(env or {})
         ctx = mp.get_context("spawn")
@@ -180,6 +190,8 @@ class ServedProcess:
         child_conn.close()
         self._reader = threading.Thread(target=self._read, name=f"kforge-{name}-reader", daemon=True)
         self._reader.start()
+        self._writer = threading.Thread(target=self._write, name=f"kforge-{name}-writer", daemon=True)
+        self._writer.start()
         try:
             self.info = self._wait(ready, start_timeout_s, "start")
         except ServedError:
@@ -207,15 +219,37 @@ class ServedProcess:
                 continue  # the answer to a call that already timed out
             method, fut = entry
             if kind == "ok":
-                fut.set_result(payload)
+                _settle(fut, result=payload)
             else:
                 last = payload.strip().splitlines()[-1] if payload.strip() else "unknown error"
-                fut.set_exception(CallFailed(f"{self.name}.{method} failed in its process: {last}", payload))
+                _settle(fut, error=CallFailed(f"{self.name}.{method} failed in its process: {last}", payload))
         with self._lock:
             pending, self._pending = self._pending, {}
+            self._reader_done = True  # from now on a call fails at once: no one would read its answer
         for method, fut in pending.values():
-            if not fut.done():
-                fut.set_exception(ProcessDied(self._death(method)))
+            _settle(fut, error=ProcessDied(self._death(method)))
+
+    def _write(self) -> None:
+        """Send queued requests in order. A send blocks while the child's end is full, which is harmless
+        here: the reader keeps draining answers, so the child keeps reading requests."""
+        while True:
+            item = self._outbox.get()
+            if item is None:
+                return
+            cid, method, kwargs = item
+            try:
+                self._conn.send((cid, method, kwargs))
+            except (OSError, ValueError) as exc:  # the child is gone, or the pipe was closed
+                self._fail(cid, ProcessDied(self._death(method)) if not isinstance(exc, ValueError)
+                           else ServedError(f"{self.name} process is closed ({method})"))
+            except Exception as exc:  # an unpicklable argument: that call fails, the others go on
+                self._fail(cid, ServedError(f"{self.name}.{method}: its arguments cannot be sent ({exc})"))
+
+    def _fail(self, cid: int, error: BaseException) -> None:
+        with self._lock:
+            entry = self._pending.pop(cid, None)
+        if entry is not None:
+            _settle(entry[1], error=error)
 
     def _death(self, method: str) -> str:
         code = self._proc.exitcode
@@ -246,12 +280,11 @@ class ServedProcess:
             return fut
         cid = next(self._ids)
         with self._lock:
-            self._pending[cid] = (method, fut)
-            try:
-                self._conn.send((cid, method, kwargs))
-            except (OSError, BrokenPipeError):
-                self._pending.pop(cid, None)
+            if self._reader_done:
                 fut.set_exception(ProcessDied(self._death(method)))
+                return fut
+            self._pending[cid] = (method, fut)
+        self._outbox.put((cid, method, kwargs))
         return fut
 
     def _timed_out(self, method: str, timeout_s: float) -> CallTimeout:
@@ -266,9 +299,11 @@ class ServedProcess:
 
     def call(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
         """Run `obj.method(**kwargs)` in the child and return its result; raises within `timeout_s`."""
+        timeout_s = timeout_s if timeout_s is not None else self.call_timeout_s
         return self._wait(self._submit(method, kwargs), timeout_s, method)
 
     async def acall(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        timeout_s = timeout_s if timeout_s is not None else self.call_timeout_s
         fut = asyncio.wrap_future(self._submit(method, kwargs))
         try:
             return await asyncio.wait_for(fut, timeout_s)
@@ -301,8 +336,22 @@ class ServedProcess:
             self._proc.kill()
             self._proc.join(timeout=10)
         self._reader.join(timeout=2)
+        self._outbox.put(None)
+        self._writer.join(timeout=2)
         try:
             self._conn.close()
         except OSError:
             pass
+
+
+def _settle(fut: cf.Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete a call's future unless its caller already gave up on it (cancelled, e.g. by a deadline):
+    the reader must outlive every caller, or no later call is ever answered."""
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+    except cf.InvalidStateError:
+        pass
 

@@ -152,6 +152,10 @@ class Echo:
         await asyncio.sleep(seconds)
         return value
 
+    async def echo(self, data):
+        await asyncio.sleep(0)
+        return data
+
     def boom(self):
         raise ValueError("bad input to boom")
 

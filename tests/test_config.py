@@ -138,3 +138,21 @@ def test_cli_config_show_and_errors(tmp_path, clean_env):
     assert "dataset.bach_size" in bad.stderr and "dataset.batch_size" in bad.stderr
     table = _kforge("config", "show", "--preset", "kevin", "episode.gamma=0.5")
     assert table.returncode == 0 and "command line" in table.stdout and "preset kevin" in table.stdout
+
+
+def test_a_preset_longer_than_the_model_context_is_capped_in_one_line(tmp_path):
+    from transformers import LlamaConfig
+
+    from kforge.modelio import fit_context
+
+    LlamaConfig(max_position_embeddings=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=4, vocab_size=128).save_pretrained(tmp_path)
+    cfg = KforgeConfig()
+    cfg.model.name, cfg.model.max_model_len, cfg.rollout.max_tokens = str(tmp_path), 16384, 1024
+    said: list[str] = []
+    fit_context(cfg, said.append)
+    assert cfg.model.max_model_len == 2048 and cfg.episode.context_budget_tokens == 1024
+    assert len(said) == 1 and "longer than" in said[0] and "(2048)" in said[0]
+    said.clear()
+    fit_context(cfg, said.append)  # fits now: nothing to say
+    assert said == []

@@ -215,3 +215,31 @@ def test_signed_trial_scales_atol_by_output_magnitude_but_still_rejects_zeros():
     assert compare_outputs([rounding], [want], cfg, scale_atol=True).passed
     assert not compare_outputs([torch.zeros_like(want)], [want], cfg, scale_atol=True).passed
     assert not compare_outputs([want.abs()], [want], cfg, scale_atol=True).passed
+
+
+SEEN_DEVICES_PROBLEM = '''
+import torch
+SEEN = []
+def get_inputs():
+    x = torch.rand(8)
+    SEEN.append(str(x.device))
+    return [x]
+'''
+
+
+def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Path) -> None:
+    """torch's device context caches the factories it redirects on first use; a signed trial first in a
+    fresh process (where `torch.rand` is swapped) must not send every later `torch.rand` to the CPU."""
+    (tmp_path / "seen_problem.py").write_text(SEEN_DEVICES_PROBLEM)
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import seen_problem as p\n"
+        "from kforge.evaluator.harness import make_inputs\n"
+        "make_inputs(p, 1, True, 'meta'); make_inputs(p, 2, False, 'meta'); make_inputs(p, 3, True, 'meta')\n"
+        "print(','.join(p.SEEN))\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "meta,meta,meta", out.stdout

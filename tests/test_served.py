@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -53,3 +54,48 @@ def test_a_call_past_its_deadline_marks_the_process_hung(tmp_path):
         t0 = time.monotonic()
         proc.close()
         assert time.monotonic() - t0 < 15 and not proc._proc.is_alive()
+
+
+@pytest.mark.timeout(240, method="thread")
+def test_many_concurrent_large_calls_all_return():
+    """128 calls of 256 KiB each way in flight at once fill both pipes: neither side may wait on the other
+    (the rollout stall: a request sent under the lock the reader needed to deliver answers)."""
+    proc = ServedProcess("fake_parts:Echo", {}, name="echo", start_timeout_s=120, call_timeout_s=60)
+
+    async def burst() -> list:
+        payloads = [bytes([i]) * 262144 for i in range(128)]
+        return await asyncio.gather(*(proc.acall("echo", data=p) for p in payloads))
+
+    try:
+        out = asyncio.run(burst())
+        assert [o[0] for o in out] == list(range(128)) and all(len(o) == 262144 for o in out)
+    finally:
+        proc.close(timeout_s=10)
+
+
+@pytest.mark.timeout(240, method="thread")
+def test_an_answer_to_a_cancelled_call_leaves_the_process_usable():
+    """A caller that gives up (its task cancelled) before the answer arrives must not kill the reader."""
+    proc = ServedProcess("fake_parts:Echo", {}, name="echo", start_timeout_s=120, call_timeout_s=30)
+
+    async def give_up() -> None:
+        task = asyncio.ensure_future(proc.acall("slow", seconds=0.3, value=1))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.8)  # the answer arrives for a cancelled future
+
+    try:
+        asyncio.run(give_up())
+        assert proc.call("env", name="PATH", timeout_s=20)
+        assert proc._reader.is_alive()
+    finally:
+        proc.close(timeout_s=10)
+
+
+def test_a_call_without_its_own_deadline_gets_the_process_deadline():
+    proc = ServedProcess("fake_parts:Echo", {}, name="echo", start_timeout_s=120, call_timeout_s=0.3)
+    try:
+        with pytest.raises(CallTimeout, match="echo did not answer slow within 0.3 s"):
+            proc.call("slow", seconds=30, value=1)
+    finally:
+        proc.close()

@@ -151,3 +151,22 @@ def test_transcripts_are_capped_and_shown_per_problem_and_per_level_metrics_logg
     assert problem in out.output and "advantage" in out.output
     bad = CliRunner().invoke(app, ["runs", "show", str(trainer.run.path), "--step", "9"])
     assert bad.exit_code == 2 and "no transcript for step 9" in bad.output
+
+
+def test_a_stalled_stage_says_what_it_waits_for_and_a_verdict_has_a_deadline(tmp_path, caplog):
+    """Nothing moves in the rollout stage while a verdict is outstanding: within log.stall_warn_s the log
+    (and the dashboard) name the stage and what it waits for; past evaluator.verdict_timeout_s the step
+    fails with the stage named, rather than waiting for ever."""
+    cfg = make_cfg(stall_warn_s=0.3)
+    cfg.rollout.max_staleness = 0
+    cfg.evaluator.verdict_timeout_s = 1.5
+    trainer = make_trainer(tmp_path, cfg, FakeLearner(), FakePool(eval_s=30.0))
+    caplog.set_level("WARNING", logger="kforge.train")
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="no verdict for a .* candidate within 1.5 s"):
+        asyncio.run(trainer.run_async())
+    assert time.monotonic() - t0 < 20
+    stalls = [r.getMessage() for r in caplog.records if "has not moved" in r.getMessage()]
+    assert stalls and "step 1: rollout + eval" in stalls[0] and "1 verdict(s) from the eval pool" in stalls[0]
+    assert "0 generation(s)" in stalls[0]
+    assert trainer.run.read_status()["status"] == "failed"

@@ -92,6 +92,8 @@ class RolloutConfig(Section):
     sleep_between_phases: bool = Field(True, description="sleep the engine while the learner shares its GPU")
     max_staleness: int = Field(0, ge=0, description="policy versions rollouts may lag; 0 = on-policy")
     hf_batch_size: int = Field(8, gt=0, description="prompts per generate() call of the hf backend")
+    request_timeout_s: float = Field(1800.0, gt=0.0, description="deadline of one call to the rollout engine "
+                                     "(a generation queued behind a whole step's others, an adapter load)")
 
 
 class RewardConfig(Section):
@@ -184,6 +186,8 @@ class EvaluatorConfig(Section):
     static_checks: bool = Field(True, description="reject sources that use what no kernel needs (off only to "
                                 "test the layers below)")
     audit_hook: bool = Field(True, description="in-child audit hook (off only to test the layers below)")
+    verdict_timeout_s: float = Field(3600.0, gt=0.0, description="deadline of one verdict from its submission "
+                                     "(queueing included): past it the eval pool is taken as stuck")
 
 
 class LogConfig(Section):
@@ -195,6 +199,8 @@ class LogConfig(Section):
     tb_histograms_every: int = Field(10, ge=0)
     per_level_metrics: bool = Field(False, description="reward and correctness per KernelBench level")
     samples_max_mb: float = Field(16.0, ge=0.0, description="cap of one step's transcript (samples/step_N.jsonl); 0 = off")
+    stall_warn_s: float = Field(120.0, gt=0.0, description="say which stage waits on what when nothing in it "
+                                "has moved for this long")
     wandb_project: str | None = None
     wandb_name: str | None = None
 

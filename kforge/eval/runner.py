@@ -229,6 +229,7 @@ class EvalRun:
         if not jobs:
             return
         self.cfg.model.name = self.target.model
+        fit_context(self.cfg, log.info)
         backend = make_backend(self.cfg, self.devices)
         try:
             if self.target.adapter:

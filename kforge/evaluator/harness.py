@@ -82,10 +82,23 @@ def _signed_rand() -> Any:
         torch.rand, torch.rand_like = saved  # type: ignore[assignment]
 
 
+def _device_context(device: str) -> Any:
+    """`with torch.device(device)`, entered once with torch's own factories in place first.
+
+    torch's device context decides which calls to redirect from a set of factory functions that it
+    builds and caches on its first use in a process. Were that first use inside `_signed_rand`, the set
+    would hold `torch.randn` where `torch.rand` belongs, and every later `torch.rand` in this process
+    would build its tensor on the CPU with the CPU generator: other values than the reference's."""
+    if device == "cpu":
+        return contextlib.nullcontext()
+    with torch.device(device):
+        torch.empty(0)  # any call under the context builds (and caches) its set of factories
+    return torch.device(device)
+
+
 def make_inputs(problem: types.ModuleType, seed: int, signed: bool, device: str) -> list[Any]:
     """Seeded inputs built directly on `device` (building big inputs on the CPU dominated KernelBench)."""
-    ctx = torch.device(device) if device != "cpu" else contextlib.nullcontext()
-    with ctx, (_signed_rand() if signed else contextlib.nullcontext()):
+    with _device_context(device), (_signed_rand() if signed else contextlib.nullcontext()):
         torch.manual_seed(seed)
         inputs = list(problem.get_inputs())
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]

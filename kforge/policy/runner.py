@@ -41,6 +41,23 @@ class RolloutStats:
 
 
 @dataclass
+class InFlight:
+    """What the runner's phases are waiting for right now: named when a stage stops moving."""
+
+    generations: int = 0  # requests sent to the rollout engine and not answered
+    evaluations: int = 0  # candidates sent to the eval pool without a verdict yet
+    turns_done: int = 0  # turns finished so far (progress)
+
+    def describe(self, engine: str) -> str:
+        return (f"{self.generations} generation(s) from the rollout engine ({engine}) and "
+                f"{self.evaluations} verdict(s) from the eval pool")
+
+
+class EvaluatorStuck(RuntimeError):
+    """The eval pool gave no verdict within its deadline."""
+
+
+@dataclass
 class Rollouts:
     trajectories: list[Trajectory]
     stats: RolloutStats
@@ -86,15 +103,21 @@ class EpisodeRunner:
     score: ScoreFn
     cfg: "KforgeConfig"
     cache: VerdictCache | None = field(default_factory=VerdictCache)
+    inflight: InFlight = field(default_factory=InFlight)
 
     async def run(self, jobs: list[tuple[Problem, int]], policy_version: int, seed: int,
                   on_turn: OnTurn | None = None) -> Rollouts:
         """One trajectory per (problem, group index) job, in job order, with this phase's statistics."""
         stats = RolloutStats()
         t0 = time.time()
-        trajectories = await run_episodes(jobs, _Timed(self.backend, stats), self.builder,
+        def turn_done(trajectory: Trajectory, turn: Any) -> None:
+            self.inflight.turns_done += 1
+            if on_turn is not None:
+                on_turn(trajectory, turn)
+
+        trajectories = await run_episodes(jobs, _Timed(self.backend, stats, self.inflight), self.builder,
                                           lambda p, c, b: self._evaluate(p, c, b, stats), self.score, self.cfg,
-                                          policy_version, on_turn=on_turn, seed=seed)
+                                          policy_version, on_turn=turn_done, seed=seed)
         stats.wall_s = time.time() - t0
         return Rollouts(trajectories, stats)
 
@@ -114,25 +137,33 @@ class EpisodeRunner:
 
     async def _timed_judge(self, problem: Problem, code: str, backend: str, stats: RolloutStats) -> Verdict:
         stats.evaluated += 1
+        self.inflight.evaluations += 1
         t0 = time.time()
+        deadline = self.cfg.evaluator.verdict_timeout_s
         try:
-            return await self.judge(problem, code, backend)
+            return await asyncio.wait_for(self.judge(problem, code, backend), deadline)
+        except asyncio.TimeoutError:
+            raise EvaluatorStuck(f"the eval pool gave no verdict for a {problem.key} candidate within {deadline:g} s "
+                                 "(evaluator.verdict_timeout_s)") from None
         finally:
+            self.inflight.evaluations -= 1
             stats.eval_sum_s += time.time() - t0
 
 
 class _Timed:
     """The rollout backend with the time spent in engine calls added to one phase's statistics."""
 
-    def __init__(self, backend: Any, stats: RolloutStats) -> None:
-        self._backend, self._stats = backend, stats
+    def __init__(self, backend: Any, stats: RolloutStats, inflight: InFlight) -> None:
+        self._backend, self._stats, self._inflight = backend, stats, inflight
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
     async def agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None = None) -> Any:
         t0 = time.time()
+        self._inflight.generations += len(requests)
         try:
             return await self._backend.agenerate(requests, on_completion)
         finally:
+            self._inflight.generations -= len(requests)
             self._stats.generate_s += time.time() - t0

@@ -195,6 +195,7 @@ class VLLMBackend:
         engine: str = DEFAULT_ENGINE,
         log_path: str | None = None,
         startup_timeout_s: float = 1200.0,
+        request_timeout_s: float = 1800.0,
         env: dict[str, str] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
@@ -208,7 +209,8 @@ class VLLMBackend:
         try:
             # daemon=False: vLLM starts processes of its own, which a daemon may not.
             self._proc = ServedProcess(engine, engine_kwargs, name="vLLM worker", env={**child_env(devices), **(env or {})},
-                                       log_path=log_path, start_timeout_s=startup_timeout_s, daemon=False)
+                                       log_path=log_path, start_timeout_s=startup_timeout_s,
+                                       call_timeout_s=request_timeout_s, daemon=False)
         except ServedError as exc:
             raise BackendError(str(exc)) from None
         self.info = self._proc.info
@@ -222,6 +224,7 @@ class VLLMBackend:
         tokenizer = load_tokenizer(ref, cfg.model.chat_template, cfg.model.trust_remote_code)
         engine_kwargs = engine_kwargs_from_config(cfg, devices)
         engine_kwargs.update(kwargs.pop("engine_kwargs", {}))
+        kwargs.setdefault("request_timeout_s", cfg.rollout.request_timeout_s)
         return cls(tokenizer, engine_kwargs, devices=devices, **kwargs)
 
     def _call(self, op: str, timeout_s: float | None = None, **kwargs: Any) -> Any:

@@ -8,6 +8,7 @@ import logging
 from typing import Callable
 
 from kforge.config.schema import KforgeConfig
+from kforge.modelio import fit_context
 from kforge.runs.folder import RunFolder
 from kforge.train.placement import Plan
 from kforge.train.trainer import Parts, Trainer
@@ -36,6 +37,7 @@ def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
     except (ProblemSourceError, ValueError) as exc:
         raise SetupError(str(exc)) from None
     say(f"{len(train_set)} training and {len(test_set)} held-out problems from {cfg.dataset.source}")
+    fit_context(cfg, say)
     parts = build_parts(cfg, plan, run, min(total, cfg.max_steps) if cfg.max_steps else total, say)
     try:
         trainer = Trainer(cfg, run, plan, train_set, test_set, parts)

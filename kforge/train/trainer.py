@@ -151,7 +151,8 @@ class Trainer:
                     status = "stopped"
                     break
                 t0, step, times = time.time(), self.step + 1, StepTimes()
-                rollouts = await (pending or self._start_rollouts(step))  # 1. rollouts (+ evaluation)
+                rollouts = await self._watched(pending or self._start_rollouts(step), step, "rollout + eval",
+                                               self._rollout_waits)  # 1. rollouts (+ evaluation)
                 pending = None
                 if rollouts is None:
                     break
@@ -160,12 +161,13 @@ class Trainer:
                 learning = asyncio.ensure_future(self._learn(samples, times))  # 3. learn, in a thread
                 if self.pipelined and step < self.total_steps:
                     pending = self._start_rollouts(step + 1)  # on the current adapter, while it learns
-                learned = await learning
+                learned = await self._watched(learning, step, "learn", self._learner_waits)
                 times.sync_s = self._sync_adapter()  # 4. the new adapter to the engine
                 self.step = step
                 metrics = step_metrics(step, self.sampler.epoch, rollouts, credit, learned, times.__dict__,
                                        self.levels, self.cfg.log.per_level_metrics, self.restarts, self.plan)
-                metrics.update(await self._held_out(step))  # 5. log (held-out eval on its cadence)
+                metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
+                                                   self._rollout_waits))  # 5. log (held-out eval on its cadence)
                 metrics.update(self._scheduled_checkpoint(step))  # 6. checkpoint on its schedule
                 metrics["time/step_s"] = time.time() - t0
                 self._log(step, metrics, rollouts.trajectories, sinks)
@@ -190,6 +192,38 @@ class Trainer:
         finally:
             self._stop.restore()
             self._executor.shutdown(wait=False)
+
+    async def _watched(self, stage_work: Any, step: int, stage: str, waiting_for: Callable[[], str]) -> Any:
+        """Await one stage; whenever nothing in it has moved for `log.stall_warn_s`, say which stage is
+        stuck and what it waits for (log and dashboard). Every wait inside has its own deadline (engine
+        calls, verdicts, learner calls); this makes a slow stage visible long before one of them ends it."""
+        task = asyncio.ensure_future(stage_work)
+        every = self.cfg.log.stall_warn_s
+        runner = self.parts.runner.inflight
+        seen, since = runner.turns_done, time.monotonic()
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=every)
+                if done:
+                    return task.result()
+                if runner.turns_done != seen:
+                    seen, since = runner.turns_done, time.monotonic()
+                    continue
+                message = (f"step {step}: {stage} has not moved for {time.monotonic() - since:.0f} s; "
+                           f"waiting for {waiting_for()}")
+                log.warning(message)
+                if self.dashboard is not None:
+                    self.dashboard.warn(message)
+        except BaseException:
+            await _cancel(task)
+            raise
+
+    def _rollout_waits(self) -> str:
+        return self.parts.runner.inflight.describe(type(self.parts.backend).__name__)
+
+    def _learner_waits(self) -> str:
+        return (f"the learner's train_step ({type(self.parts.learner).__name__}, "
+                f"deadline learner.call_timeout_s = {self.cfg.learner.call_timeout_s:g} s)")
 
     def _begin(self) -> None:
         # A STOP file left by an earlier `kforge runs stop` has been served; it must not stop this start.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from kforge.config.schema import KforgeConfig
 from kforge.eval.report import SampleOutcome, summarize
 from kforge.evaluator.verdict import Verdict
+from kforge.modelio import fit_context
 from kforge.policy.records import Trajectory
 from kforge.problems.record import Problem
 from kforge.runs.folder import atomic_write_text

@@ -396,3 +396,53 @@ def test_child_text_reaching_a_prompt_is_capped() -> None:
     text = "Traceback (most recent call last):\n" + "\n".join(f"RuntimeError: {secretish}" for _ in range(20))
     out = clean_error(text, None, [])
     assert len(out) <= MAX_TEXT and all(len(line) <= MAX_LINE for line in out.splitlines())
+
+
+class _Runtime:
+    """Stands in for the CUDA runtime this machine lacks: records registrations, refuses when told."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse, self.calls = refuse, []
+
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:
+        self.calls.append(("register", ptr, size))
+        return 1 if self.refuse else 0
+
+    def cudaHostUnregister(self, ptr: int) -> int:
+        self.calls.append(("unregister", ptr))
+        return 0
+
+    def cudaGetLastError(self) -> int:
+        self.calls.append(("clear",))
+        return 0
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_arena_writer_gpu_path_pins_once_and_clears_a_refusal(monkeypatch: pytest.MonkeyPatch, refuse: bool) -> None:
+    """The GPU branch of the writer on a CPU: the arena registered once per mapping (unregistered before it
+    is remapped), a refused registration cleared, and the copy done either way."""
+    from kforge.evaluator import arena_writer
+    from kforge.evaluator.arena import Arena, layout
+    from kforge.evaluator.protocol import ALL
+
+    runtime = _Runtime(refuse)
+    monkeypatch.setattr(arena_writer, "cuda_runtime", lambda: runtime)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    meta = [[[8], "torch.float32"]]
+    slots, size = layout(meta)
+    arena = Arena(2 * size)
+    writer = arena_writer.ArenaWriter(os.dup(arena.fd), on_gpu=True)
+    try:
+        x = torch.randn(8)
+        writer.put([x], slots, size)
+        writer.put([x + 1], slots, size)  # same mapping: no second registration
+        assert torch.equal(arena.read(meta, slots, ALL)[0], x + 1)
+        registered = [c for c in runtime.calls if c[0] == "register"]
+        assert len(registered) == 1 and registered[0][2] == size
+        assert (("clear",) in runtime.calls) is refuse and (writer.pinned is None) is refuse
+        writer.put([x], slots, 2 * size)  # a bigger arena: remapped, the old mapping unregistered first
+        assert [c[0] for c in runtime.calls].count("unregister") == (0 if refuse else 1)
+    finally:
+        writer._unmap()
+        os.close(writer.fd)
+        arena.close()

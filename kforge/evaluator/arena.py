@@ -106,13 +106,15 @@ class Arena:
         in `where` (one tensor of flat positions per output). Plain values come from the answer."""
         if os.fstat(self.fd).st_size < self.size:  # only an unsealed arena can shrink: never map past its end
             raise ArenaError("the arena shrank")
-        mm = self._map()
+        tensors = any(m is not None and slot is not None for m, slot in zip(meta, slots))
+        mm = self._map() if tensors else None
         plain = list(plain or [])
         out: list[Any] = []
         for i, (m, slot) in enumerate(zip(meta, slots)):
             if m is None or slot is None:
                 out.append(plain[i] if i < len(plain) else None)
                 continue
+            assert mm is not None
             offset, nbytes = int(slot[0]), int(slot[1])
             if offset < 0 or offset + nbytes > self.size:
                 raise ArenaError("a slot outside the arena")

@@ -187,6 +187,8 @@ class ReferenceCache:
             failed.error = "the reference timed out"
         except (EOFError, ProtocolViolation):
             failed.error = "the reference child died\n" + clean_error(child.stderr_tail(), child.scratch, self.ctx.secrets)
+        except Exception as exc:  # noqa: BLE001 - outputs the arena cannot hold (a dtype it does not know), ...
+            failed.error = f"the reference cannot be judged here: {str(exc)[:300]}"
         finally:
             child.close()
         return failed

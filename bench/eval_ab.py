@@ -5,9 +5,11 @@ run alternately (A B, then B A, ...) so that load from elsewhere falls on both a
     python bench/eval_ab.py --base-dir /path/to/other/checkout   # any other checkout
 
 Each run gets a fresh cache folder (cold: references computed) and is then repeated on it (warm: the
-references cached, as in training). Every run is its checkout's own eval_throughput.py with its own
-kforge (`--cpu --shrink` by default: tiny shapes, Triton interpreter). Prints one row per run and, per
-checkout, the mean candidates/minute cold and warm and the ratio to the base.
+references cached, as in training). Every run is this checkout's eval_throughput.py (the same
+candidates) with the other checkout's kforge (`--cpu --shrink` by default: tiny shapes, Triton
+interpreter). Prints one row per run (candidates/minute by wall time, and CPU seconds per candidate over
+the whole process tree: on a shared machine the wall time swings with others' load, the CPU time much
+less) and, per checkout, the means and the ratios to the base.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,16 +37,23 @@ def export(rev: str, where: Path) -> Path:
     return where
 
 
-def run(checkout: Path, cache: Path, args: argparse.Namespace) -> tuple[float, float, int]:
-    """(candidates/min, wall s, candidates) of one eval_throughput run of `checkout`."""
-    env = dict(os.environ, PYTHONPATH=str(checkout), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, str(checkout / "bench" / "eval_throughput.py"), "--problems", args.problems,
+def _cpu_s() -> float:
+    """CPU seconds of every finished descendant (the pool's zygote reaps its children, and so on up)."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def run(checkout: Path, cache: Path, args: argparse.Namespace) -> tuple[float, float, float]:
+    """(candidates/min, wall s, CPU s per candidate) of one eval_throughput run against `checkout`."""
+    env = dict(os.environ, PYTHONPATH=str(checkout), KFORGE_BENCH_ROOT=str(checkout), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, str(ROOT / "bench" / "eval_throughput.py"), "--problems", args.problems,
            "--cache-dir", str(cache), *args.extra]
+    cpu0 = _cpu_s()
     out = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=args.timeout)
     found = _RATE.search(out.stdout)
     if out.returncode != 0 or not found:
         sys.exit(f"error: {checkout.name} run failed (rc {out.returncode}):\n{(out.stdout + out.stderr)[-2000:]}")
-    return float(found.group(3)), float(found.group(2)), int(found.group(1))
+    return float(found.group(3)), float(found.group(2)), (_cpu_s() - cpu0) / int(found.group(1))
 
 
 def main() -> int:
@@ -63,23 +73,28 @@ def main() -> int:
     try:
         base = export(args.base, work / "base") if args.base else Path(args.base_dir).resolve()
         checkouts = {"base": base, "this": ROOT}
-        rows: list[tuple[int, str, float, float, float, float]] = []
-        print(f"{'round':>5} | {'checkout':8} | {'cold cand/min':>13} | {'cold s':>7} | {'warm cand/min':>13} | {'warm s':>7}",
-              flush=True)
+        heads = ("round", "checkout", "cold cand/min", "cold s", "cold cpu s/cand", "warm cand/min", "warm s",
+                 "warm cpu s/cand")
+        print(" | ".join(heads), flush=True)
+        rows: list[tuple[int, str, tuple[float, float, float], tuple[float, float, float]]] = []
         for r in range(args.rounds):
             order = ["base", "this"] if r % 2 == 0 else ["this", "base"]
             for name in order:
                 cache = work / f"cache-{name}-{r}"
-                cold, cold_s, _ = run(checkouts[name], cache, args)
-                warm, warm_s, _ = run(checkouts[name], cache, args)
-                rows.append((r, name, cold, cold_s, warm, warm_s))
-                print(f"{r:>5} | {name:8} | {cold:13.1f} | {cold_s:7.1f} | {warm:13.1f} | {warm_s:7.1f}", flush=True)
+                cold = run(checkouts[name], cache, args)
+                warm = run(checkouts[name], cache, args)
+                rows.append((r, name, cold, warm))
+                print(f"{r:>5} | {name:8} | {cold[0]:13.1f} | {cold[1]:6.1f} | {cold[2]:15.2f} | {warm[0]:13.1f} | "
+                      f"{warm[1]:6.1f} | {warm[2]:15.2f}", flush=True)
         print()
-        means = {name: (statistics.fmean(x[2] for x in rows if x[1] == name),
-                        statistics.fmean(x[4] for x in rows if x[1] == name)) for name in checkouts}
-        for name, (cold, warm) in means.items():
-            print(f"{name:8} mean cold {cold:.1f} cand/min, warm {warm:.1f} cand/min")
-        print(f"this / base: cold {means['this'][0] / means['base'][0]:.3f}, warm {means['this'][1] / means['base'][1]:.3f}")
+        mean = {(name, k, i): statistics.fmean(x[2 + k][i] for x in rows if x[1] == name)
+                for name in checkouts for k in (0, 1) for i in (0, 2)}
+        for name in checkouts:
+            print(f"{name:8} mean cold {mean[name, 0, 0]:.1f} cand/min ({mean[name, 0, 2]:.2f} cpu s/cand), "
+                  f"warm {mean[name, 1, 0]:.1f} cand/min ({mean[name, 1, 2]:.2f} cpu s/cand)")
+        print(f"this / base candidates/min: cold {mean['this', 0, 0] / mean['base', 0, 0]:.3f}, "
+              f"warm {mean['this', 1, 0] / mean['base', 1, 0]:.3f}; CPU s per candidate: "
+              f"cold {mean['this', 0, 2] / mean['base', 0, 2]:.3f}, warm {mean['this', 1, 2] / mean['base', 1, 2]:.3f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -1,10 +1,10 @@
 """The reference side of every comparison, computed once per problem and device and cached.
 
 A trusted child (it runs the problem's Model, never candidate code) is driven through the same
-protocol and the same loop (drive.py) as a candidate: outputs for the correctness trials and for the
-decoy trial, then the timed calls on the timing seeds, whose values at secret positions become what
-every candidate's timed calls must match, and whose parent-side clock says what the loop itself costs
-per call. On a GPU its event times are the eager (and optionally torch.compile) baseline.
+protocol and the same loop (drive.py) as a candidate: outputs for the correctness trials, the timed
+calls on the timing seeds, whose values at secret positions become what every candidate's timed calls
+must match and whose parent-side clock says what the loop itself costs per call, and the decoy trial.
+On a GPU its event times are the eager (and optionally torch.compile) baseline.
 
 The cache lives in kforge's cache folder, which no child can read: reference outputs never reach
 a candidate's process.
@@ -157,28 +157,35 @@ class ReferenceCache:
                     break
                 trials.append((seed, signed))
                 outputs.append(got)
-            # The decoy trial is signed when the signed trial was kept: a copy then differs from the answer.
-            decoy = (decoy_seed, trials[-1][1])
-            _, decoy_output = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, where, deadline)
             state, gpu = ready.get("state") or {}, str(ready.get("gpu", "cpu"))
             del ready
             positions = sample_positions(meta, cfg.sample_points, gen)
             n = timed_call_count(calls, meta, cfg.timing_output_gb)
             ref = Reference(trials, outputs, state, _seeds(salt, key, "timing", n), positions, [], gpu=gpu,
-                            meta=meta, trial_positions=None if where == P.ALL else where, init_seed=init_seed,
-                            decoy=decoy, decoy_output=list(decoy_output))
+                            meta=meta, trial_positions=None if where == P.ALL else where, init_seed=init_seed)
             with slot.timing():
                 deadline = time.monotonic() + cfg.timing_timeout_s
                 drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
                 ref.clock, ref.samples = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
                 if slot.on_gpu:
                     ref.baseline_ms["eager"] = list(ref.clock.reported_ms)
-                    if "compile" in baselines:
-                        child.send({"op": P.OP_COMPILE})
-                        drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(max(cfg.warmup_trials, 3))}, P.WARM,
-                                  deadline)
-                        compiled, _ = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
-                        ref.baseline_ms["compile"] = list(compiled.reported_ms)
+                # The decoy trial (last of the eager model's, as for a candidate): signed when the signed trial
+                # was kept, so that a copy of the input differs from the answer. If the model cannot run it, no
+                # candidate gets one (an error ends the child: nothing else is asked of it).
+                decoy = (decoy_seed, trials[-1][1])
+                try:
+                    _, got = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, where,
+                                         time.monotonic() + cfg.run_timeout_s)
+                    ref.decoy, ref.decoy_output = decoy, list(got)
+                except drive.ChildError:
+                    child.send({"op": P.OP_BYE})
+                    return ref
+                if slot.on_gpu and "compile" in baselines:
+                    child.send({"op": P.OP_COMPILE})
+                    drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(max(cfg.warmup_trials, 3))}, P.WARM,
+                              deadline)
+                    compiled, _ = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
+                    ref.baseline_ms["compile"] = list(compiled.reported_ms)
             child.send({"op": P.OP_BYE})
             return ref
         except drive.ChildError as exc:

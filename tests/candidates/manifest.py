@@ -288,4 +288,10 @@ def get_init_inputs():
     return [1024]
 '''
 PROBLEMS["matmul_relu"] = (2, 9003, "9003_Matmul_ReLU", MATMUL_RELU)
-COVERAGE = ["honest.py", "lazy.py", "decoy.py"]
+# (file, problem, backend, coverage range it must land in, flag it must carry or "").
+COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
+            ("lazy.py", "matmul_relu", "triton", (0.0, 0.5), ""),
+            ("decoy.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
+            ("prefix_name.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
+            ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
+            ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]

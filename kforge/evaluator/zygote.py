@@ -74,7 +74,10 @@ def _view(req: dict[str, Any], ns_flags: int, applied: dict[str, Any]) -> None:
     uid, gid = req["run_as"]
     if os.geteuid() == 0 and uid != 0 and applied["private_shm"]:
         need = sandbox.readable_roots(req.get("readable", [])) + [req["scratch"], *req.get("writable", [])]
-        applied["exposed"] = mounts.expose(need, uid, gid)
+        try:
+            applied["exposed"] = mounts.expose(need, uid, gid)
+        except OSError as exc:  # the job then fails where it cannot reach a path, and says which
+            applied["exposed"] = f"failed: {exc}"
 
 
 def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: int) -> None:

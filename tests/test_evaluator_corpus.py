@@ -259,3 +259,14 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
     # Whatever the attack did, the pool still judges an honest kernel right after it.
     good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
     assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct
+
+
+def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> None:
+    """Honest kernels stay `correct` with every layer on: the arena reads, the per-call timing and the decoy
+    trial (their own kernels skipped, their outputs must come out wrong) flag none of them."""
+    from kforge.problems import builtin_problems
+
+    problems = builtin_problems()
+    verdicts = pool.evaluate_many([(p, p.solution, "triton") for p in problems])
+    wrong = {p.key: (v.status.value, v.flags, v.details.get("reason")) for p, v in zip(problems, verdicts) if not v.correct}
+    assert not wrong, wrong

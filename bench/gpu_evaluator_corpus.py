@@ -47,7 +47,8 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--timing-trials", type=int, default=20)
     ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--memory-limit-gb", type=float, default=32.0)
+    ap.add_argument("--memory-limit-gb", type=float, default=None,
+                    help="RLIMIT_DATA of a child (default: 32 on a GPU, where CUDA needs room; 4 on a CPU, as the tests)")
     ap.add_argument("--skip-cuda", action="store_true", help="leave out the load_inline candidates (cold compiles)")
     args = ap.parse_args()
 
@@ -69,8 +70,10 @@ def main() -> int:
 
     def pool(mode: str) -> EvalPool:
         if mode not in pools:
-            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=20.0, compile_timeout_s=240.0,
-                                  timing_timeout_s=60.0, memory_limit_gb=args.memory_limit_gb,
+            # The trials stage budget is the tests': slow_trials.py (3 s a call) must run out of it.
+            memory = args.memory_limit_gb or (32.0 if gpu else 4.0)
+            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=10.0, compile_timeout_s=240.0,
+                                  timing_timeout_s=60.0, memory_limit_gb=memory,
                                   timing_trials=args.timing_trials, warmup_trials=3, **m.MODES[mode])
             pools[mode] = EvalPool(cfg, devices=[0] if gpu else None, cache_dir=args.cache_dir)
         return pools[mode]

@@ -28,7 +28,7 @@ run() {  # name, seconds, command...
 }
 for s in "$@"; do
   case "$s" in
-    issue22) "$0" corpus full6; exit $? ;;
+    issue22) bash "$0" corpus full6; exit $? ;;
     corpus) run corpus 340 python3 bench/gpu_evaluator_corpus.py --cache-dir /tmp/kc-corpus
             grep -E "MISMATCH|as expected|coverage/" "$OUT/corpus.log" | cut -c1-220 ;;
     full6) run full6 230 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --only $FULL6 \

@@ -235,7 +235,7 @@ def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Pat
     (tmp_path / "seen_problem.py").write_text(SEEN_DEVICES_PROBLEM)
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); import seen_problem as p\n"
-        "from kforge.evaluator.session import make_inputs\n"
+        "from kforge.evaluator.loop import make_inputs\n"
         "make_inputs(p, 1, True, 'meta'); make_inputs(p, 2, False, 'meta'); make_inputs(p, 3, True, 'meta')\n"
         "print(','.join(p.SEEN))\n"
     )
@@ -280,7 +280,7 @@ def test_arena_layout_read_whole_or_at_positions_and_sealed() -> None:
 
 
 def _spinner() -> tuple[int, "mmap.mmap"]:
-    """A forked process in its own session that counts as fast as it can in shared memory."""
+    """A forked process in a process group of its own that counts as fast as it can in shared memory."""
     import mmap
     import struct
 

@@ -4,7 +4,7 @@ With a cgroup of its own the child is frozen through the cgroup-v2 freezer (`cgr
 task in the group stops, forks included, and `cgroup.events` says when they all have. Without one, the
 child's process group (the outer process did setsid) gets SIGSTOP, and the parent waits until every
 thread of the outer and inner processes (and their children) shows the stopped state in /proc; a
-process that left the group with setsid is not stopped then. Either way nothing the child runs can
+process that left the process group (setsid) is not stopped then. Either way nothing the child runs can
 observe or change the arena while the parent reads it.
 """
 

@@ -1,4 +1,4 @@
-"""What runs inside a sandboxed child: build a model, then serve the parent's requests (session.py).
+"""What runs inside a sandboxed child: build a model, then serve the parent's requests (loop.py).
 
 Jobs: `reference` (the problem's Model: trusted, no candidate code), `candidate` (ModelNew) and
 `build` (import a CUDA candidate once so its load_inline extension lands in the build cache).
@@ -18,7 +18,7 @@ import torch
 from kforge.evaluator import guard as guard_mod
 from kforge.evaluator import protocol as P
 from kforge.evaluator.coverage import cuda_kernel_names
-from kforge.evaluator.session import Session, category, send_error
+from kforge.evaluator.loop import RequestLoop, category, send_error
 from kforge.evaluator.wire import send_message
 
 # Bound before any candidate code runs.
@@ -107,7 +107,7 @@ def run_reference(job: dict[str, Any], wfd: int, rfd: int) -> None:
         return
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
     send_message(wfd, {"type": P.READY, "state": state, "gpu": gpu, "durations": {"cuda_init_s": cuda_init_s}})
-    Session(model, problem, device, wfd, rfd, job.get("arena_fd")).serve()
+    RequestLoop(model, problem, device, wfd, rfd, job.get("arena_fd")).serve()
 
 
 # Compiles Triton's driver helpers into the warm cache that candidates get a copy of.
@@ -202,10 +202,10 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
         send_error(wfd, "init", category(exc), exc)
         return
     durations["init_s"] = _perf() - t0
-    session = Session(model, problem, device, wfd, rfd, job.get("arena_fd"), guard,
+    loop = RequestLoop(model, problem, device, wfd, rfd, job.get("arena_fd"), guard,
                       lambda: _changed(identities, guard))
-    send_message(wfd, {"type": P.READY, "durations": durations, "evidence": session.evidence()})
-    session.serve()
+    send_message(wfd, {"type": P.READY, "durations": durations, "evidence": loop.evidence()})
+    loop.serve()
 
 
 JOBS = {"reference": run_reference, "candidate": run_candidate, "build": run_build}

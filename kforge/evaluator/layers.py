@@ -135,7 +135,7 @@ def explain() -> list[tuple[str, bool, str]]:
         ("[parent] never follows a child-writable path", True, "stderr read with O_NOFOLLOW; build state kept outside"),
         ("own session / process group", True, "setsid; the parent kills the group on timeout"),
         ("cgroup (kills detached processes)", c.cgroup, "cgroup v2 child group + cgroup.kill + cgroup.freeze" if c.cgroup
-         else "no writable cgroup v2 here; falls back to the PID namespace / session kill and SIGSTOP"),
+         else "no writable cgroup v2 here; falls back to the PID namespace / process-group kill and SIGSTOP"),
         ("[kernel] cgroup pids.max and memory.max", limits, "per-child limits" if limits
          else "controllers not delegated here; RLIMIT_DATA and the PID namespace remain"),
         ("[kernel] never root", c.unprivileged, "root trainer: the child runs as nobody, no capabilities"

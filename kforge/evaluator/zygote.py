@@ -212,10 +212,10 @@ def _preload() -> None:
     import kforge.evaluator.coverage  # noqa: F401
     import kforge.evaluator.guard  # noqa: F401
     import kforge.evaluator.harness  # noqa: F401
+    import kforge.evaluator.loop  # noqa: F401
     import kforge.evaluator.mounts  # noqa: F401
     import kforge.evaluator.protocol  # noqa: F401
     import kforge.evaluator.sandbox  # noqa: F401
-    import kforge.evaluator.session  # noqa: F401
     import kforge.evaluator.wire  # noqa: F401
 
 

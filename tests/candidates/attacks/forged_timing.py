@@ -20,8 +20,8 @@ def relu(x):
     relu_kernel[(triton.cdiv(n, 32),)](x, y, n, BLOCK=32)  # slow on purpose: the parent must see the gap on a CPU
     return y
 
-_h = sys.modules["kforge.evaluator.session"]
-_timed = _h.Session.timed
+_h = sys.modules["kforge.evaluator.loop"]
+_timed = _h.RequestLoop.timed
 
 
 def _forged(self, req):
@@ -30,7 +30,7 @@ def _forged(self, req):
     return msg
 
 
-_h.Session.timed = _forged
+_h.RequestLoop.timed = _forged
 
 
 class ModelNew(nn.Module):

@@ -97,7 +97,7 @@ def send_error(wfd: int, stage: str, category_: str, exc: BaseException | None =
     send_message(wfd, {"type": P.ERROR, "stage": stage, "category": category_, "message": text[-6000:]})
 
 
-class Session:
+class RequestLoop:
     """The request loop; the candidate's adds evidence (`guard`) and identity checks (`changed`)."""
 
     def __init__(self, model: Any, problem: types.ModuleType, device: str, wfd: int, rfd: int, arena_fd: int | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -21,7 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# The kforge to measure: this checkout's, or another one's (bench/eval_ab.py runs the same candidates
+# against two checkouts).
+sys.path.insert(0, os.environ.get("KFORGE_BENCH_ROOT", str(ROOT)))
 
 HEAD = '''import torch
 import torch.nn as nn
@@ -325,6 +328,13 @@ def shrink(code: str) -> str:
     return re.sub(r"^input_shape\s*=.*$", "input_shape = (40,)", code, flags=re.M)
 
 
+def _kernel_ms(v) -> float | None:
+    """The time a speedup is computed from (a checkout before Verdict.kernel_ms: the median report)."""
+    if getattr(v, "kernel_ms", None) is not None:
+        return v.kernel_ms
+    return v.timings.median_ms if v.timings else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=str(ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
@@ -335,6 +345,7 @@ def main() -> int:
     ap.add_argument("--workers-per-gpu", type=int, default=2)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--big", action="store_true", help="add the 6.4 GB-input problems (19, 20, 21, 23)")
+    ap.add_argument("--only", default="", help="comma-separated problem ids: only their candidates")
     args = ap.parse_args()
 
     import torch
@@ -356,6 +367,9 @@ def main() -> int:
     if args.big:
         items += [("correct", problem(pid), code) for pid, code in big_candidates().items()]
         items += [("copy as ReLU", problem(19), BIG[19].replace("tl.maximum(x, 0.0)", "x"))]
+    if args.only:
+        keep = {int(x) for x in args.only.split(",") if x.strip()}
+        items = [it for it in items if it[1].problem_id in keep]
     gpu = torch.cuda.is_available() and not args.cpu
     cfg = EvaluatorConfig(timing_trials=args.timing_trials, workers_per_gpu=args.workers_per_gpu,
                           run_timeout_s=300.0, compile_timeout_s=300.0)
@@ -379,8 +393,8 @@ def main() -> int:
         pub = published.get(f"{p.name}.py", {}).get("mean")
         table.append((p.name[:34], label, v.status.value, ",".join(v.flags) or "-", f"{v.trials_passed}/{v.trials}",
                       f"{v.speedup:.2f}" if v.speedup is not None else "-",
-                      f"{v.timings.median_ms:.3f}" if v.timings else "-",
-                      f"{v.baseline.median_ms:.3f}" if v.baseline else "-", f"{pub}" if pub is not None else "-",
+                      f"{_kernel_ms(v):.3f}" if _kernel_ms(v) is not None else "-",
+                      f"{v.baseline.mean_ms:.3f}" if v.baseline else "-", f"{pub}" if pub is not None else "-",
                       *[f"{d[k]:.2f}" if k in d else "-" for k in keys], f"{v.run_s:.1f}"))
     widths = [max(len(str(r[i])) for r in table + [heads]) for i in range(len(heads))]
     print(" | ".join(h.ljust(w) for h, w in zip(heads, widths)))
@@ -400,7 +414,7 @@ def main() -> int:
     for (label, p, _c), v in zip(items, verdicts):
         pub = published.get(f"{p.name}.py", {}).get("mean")
         if label == "correct" and v.baseline and pub:
-            ratios.append(v.baseline.median_ms / pub)
+            ratios.append(v.baseline.mean_ms / pub)
     if ratios:
         print(f"  kforge eager baseline / published H100 baseline: median {statistics.median(ratios):.3f}, "
               f"min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} problems")

@@ -216,12 +216,29 @@ def test_sandbox_cases_never_reach_the_child_with_every_layer_on(case: Case) -> 
     assert check_source(case.code(), PROBLEMS[case.problem][3], case.backend).errors
 
 
-_ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect]
+# Attacks on the parent-side guarantees (items 1 and 3 of issue 22) run with the in-process layers off in
+# their own test below; here every other (attack, mode) pair.
+PARENT_SIDE = [a for a in ATTACKS if a.item in (1, 3)]
+_ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect if not (mode == "bare" and a in PARENT_SIDE)]
 
 
 def _attack_code(attack, pools: _Pools) -> str:
     solution = Path(__file__).resolve().parents[1] / "kforge/problems/builtin/level1/solutions/1_Add.py"
     return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution))
+
+
+@pytest.mark.parametrize("attack", PARENT_SIDE, ids=lambda a: a.file)
+def test_parent_side_guarantees_hold_with_the_in_process_layers_off(pools: _Pools, attack) -> None:
+    """Static checks and the audit hook off (`evaluator.static_checks=false`, `evaluator.audit_hook=false`):
+    the candidate rewrites its harness at will, and still no attack on who reads the outputs (item 1) or on
+    the timing (item 3) gets `correct` without a flag."""
+    pool = pools["bare"]
+    assert pool.cfg.static_checks is False and pool.cfg.audit_hook is False
+    v = pool.submit(make_problem(attack.problem), _attack_code(attack, pools)).result(timeout=120)
+    got = f"{v.status.value} {v.flags} {v.details.get('reason')} {v.error[-300:]}"
+    assert not v.correct, f"{attack.file}: {got}"
+    if "bare" in attack.expect:
+        assert _manifest.matches(attack.expect["bare"], v), f"wanted {attack.expect['bare']}, got {got}"
 
 
 @pytest.mark.parametrize("attack,mode", _ATTACK_RUNS, ids=[f"{a.file}-{m}" for a, m in _ATTACK_RUNS])
@@ -234,6 +251,22 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
         assert "Permission denied" in v.error, v.error
     if attack.file == "stderr_symlink.py" and mode == "bare":  # the parent's environ must not show
         assert "died from" in v.feedback and "PATH=" not in v.error and "HOME=" not in v.error, v.error
+    if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
+        from kforge.evaluator.feedback import MAX_TEXT
+
+        assert "SHADOW" not in v.error and "WRITABLE" not in v.error and "uid=0 " not in v.error, v.error
+        assert "uid=" in v.error and len(v.error) <= MAX_TEXT, v.error
     # Whatever the attack did, the pool still judges an honest kernel right after it.
     good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
     assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct
+
+
+def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> None:
+    """Honest kernels stay `correct` with every layer on: the arena reads, the per-call timing and the decoy
+    trial (their own kernels skipped, their outputs must come out wrong) flag none of them."""
+    from kforge.problems import builtin_problems
+
+    problems = builtin_problems()
+    verdicts = pool.evaluate_many([(p, p.solution, "triton") for p in problems])
+    wrong = {p.key: (v.status.value, v.flags, v.details.get("reason")) for p, v in zip(problems, verdicts) if not v.correct}
+    assert not wrong, wrong

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kforge.cli.app import app
 from kforge.config.schema import EvaluatorConfig
-from kforge.evaluator import layers, sandbox
+from kforge.evaluator import confine, layers, sandbox
 from kforge.evaluator.compare import compare_outputs, identical, tolerance
 from kforge.evaluator.feedback import clean_error, write_feedback
 from kforge.evaluator.static_check import check_source, reference_ops
@@ -160,9 +160,11 @@ def test_child_messages_carry_no_pickle(tmp_path: Path) -> None:
 def test_explain_matches_what_the_kernel_allows() -> None:
     rows = {name: (active, detail) for name, active, detail in layers.explain()}
     caps = layers.capabilities()
-    assert rows["Landlock filesystem (writes only to scratch)"][0] == (sandbox.landlock_abi() >= 1)
+    assert rows["Landlock filesystem (writes only to scratch)"][0] == (confine.landlock_abi() >= 1)
     assert rows["network namespace (no network)"][0] == caps.netns
     assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp
+    assert rows["[kernel] UTS namespace (hostname is its own)"][0] == caps.utsns
+    assert rows["[kernel] never root"][0] == (sandbox.child_ids()[0] != 0)
     assert all(isinstance(d, str) and d for _a, d in rows.values())
 
 
@@ -233,7 +235,7 @@ def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Pat
     (tmp_path / "seen_problem.py").write_text(SEEN_DEVICES_PROBLEM)
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); import seen_problem as p\n"
-        "from kforge.evaluator.harness import make_inputs\n"
+        "from kforge.evaluator.loop import make_inputs\n"
         "make_inputs(p, 1, True, 'meta'); make_inputs(p, 2, False, 'meta'); make_inputs(p, 3, True, 'meta')\n"
         "print(','.join(p.SEEN))\n"
     )
@@ -243,3 +245,204 @@ def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Pat
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "meta,meta,meta", out.stdout
+
+
+# --- the output arena and the freeze: the parent reads what the child committed -----------------
+
+def test_arena_layout_read_whole_or_at_positions_and_sealed() -> None:
+    from kforge.evaluator.arena import Arena, layout
+    from kforge.evaluator.arena_writer import ArenaWriter
+    from kforge.evaluator.protocol import ALL
+
+    meta = [[[3, 5], "torch.float32"], None, [[4], "torch.int64"]]
+    slots, size = layout(meta)
+    assert slots == [[0, 60], None, [4096, 32]] and size == 8192
+    arena = Arena(size, sealed=True)
+    writer = ArenaWriter(os.dup(arena.fd), on_gpu=False)  # the child's copy of the descriptor
+    try:
+        x, i = torch.randn(3, 5), torch.arange(4)
+        writer.put([x.t().contiguous().t(), 7, i], slots, size)  # strided outputs are copied whole too
+        got = arena.read(meta, slots, ALL, [None, 7, None])
+        assert torch.equal(got[0], x) and got[1] == 7 and torch.equal(got[2], i)
+        got = arena.read(meta, slots, [torch.tensor([14, 0]), None, torch.tensor([3])], [None, 7, None])
+        assert got[0].tolist() == [x.reshape(-1)[14].item(), x.reshape(-1)[0].item()] and got[2].tolist() == [3]
+        # An output of the wrong size is not written (its slot keeps what was there).
+        writer.put([torch.zeros(2), 7, torch.zeros(4, dtype=torch.int64)], slots, size)
+        assert torch.equal(arena.read(meta, slots, ALL, [None, 7, None])[0], x)
+        # Sealed: whoever holds the descriptor can neither shrink it under the parent's mapping nor grow it.
+        for bad in (0, 2 * size):
+            with pytest.raises(OSError):
+                os.ftruncate(writer.fd, bad)
+    finally:
+        writer._unmap()
+        os.close(writer.fd)
+        arena.close()
+
+
+def _spinner() -> tuple[int, "mmap.mmap"]:
+    """A forked process in a process group of its own that counts as fast as it can in shared memory."""
+    import mmap
+    import struct
+
+    counter = mmap.mmap(-1, 8)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the spinning child
+        os.setsid()
+        n = 0
+        while True:
+            n += 1
+            counter[:8] = struct.pack("<Q", n)
+    return pid, counter
+
+
+def _count(counter: "mmap.mmap") -> int:
+    import struct
+    import time
+
+    time.sleep(0.05)
+    return struct.unpack("<Q", counter[:8])[0]
+
+
+@pytest.mark.parametrize("with_cgroup", [False, True], ids=["sigstop", "cgroup"])
+def test_frozen_stops_every_thread_and_resumes(with_cgroup: bool) -> None:
+    import signal
+
+    from kforge.evaluator.children import CgroupFactory
+    from kforge.evaluator.freeze import frozen
+
+    factory = CgroupFactory() if with_cgroup else None
+    cgroup = factory.new() if factory is not None else None
+    if with_cgroup and cgroup is None:
+        pytest.skip("no writable cgroup v2 here")
+    pid, counter = _spinner()
+    try:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(pid))
+        assert _count(counter) < _count(counter)  # running
+        with frozen(pid, cgroup):
+            a = _count(counter)
+            assert _count(counter) == a  # stopped while the parent reads
+        assert _count(counter) > a  # resumed
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        if factory is not None:
+            CgroupFactory.kill_and_remove(cgroup)
+            factory.close()
+
+
+# --- the sandbox itself: never root, host-global settings read-only ------------------------------
+
+PROBE_PROBLEM = '''
+import os
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return []
+
+
+def get_init_inputs():
+    got = [f"uid={os.getuid()}"]
+    for path, mode in (("/etc/shadow", os.O_RDONLY), ("/proc/sys/kernel/hostname", os.O_WRONLY),
+                       ("/sys/kernel/mm/transparent_hugepage/enabled", os.O_WRONLY),
+                       (f"/proc/self/task/{os.getpid()}/comm", os.O_WRONLY)):
+        try:
+            os.close(os.open(path, mode))  # opened, never written
+            got.append(f"open {path}")
+        except OSError as exc:
+            got.append(f"refused {path}")
+    raise RuntimeError(" | ".join(got))
+'''
+
+
+def test_the_child_is_unprivileged_and_host_settings_stay_read_only(tmp_path: Path) -> None:
+    """Landlock off and /proc writable, as on a GPU: the uid and the read-only mounts hold on their own."""
+    import time
+
+    from kforge.evaluator.children import CgroupFactory, Child, Zygote
+
+    zygote = Zygote("probe", sandbox.clean_env(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""), tmp_path / "z.log")
+    cgroups = CgroupFactory()
+    request = {"env": zygote.env, "writable": ["/proc"], "readable": [], "memory_bytes": 4 << 30,
+               "landlock": False, "restrict_reads": False}
+    child = Child(zygote, cgroups, "reference", request, {"problem_code": PROBE_PROBLEM, "init_seed": 1,
+                                                          "device": "cpu"}, str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        applied = child.ask(None, "sandbox", deadline)["applied"]
+        text = str(child.ask(None, "ready", deadline).get("message"))
+    finally:
+        child.close()
+        zygote.close()
+        cgroups.close()
+    if os.geteuid() == 0:
+        assert "uid=65534" in text and applied["uid"] != 0, text
+        assert "refused /etc/shadow" in text, text
+    assert set(applied.get("read_only", [])) == {"/proc/sys", "/sys"}, applied
+    assert "refused /proc/sys/kernel/hostname" in text and "refused /sys/kernel/mm" in text, text
+    assert "open /proc/self/task/1/comm" in text, text  # what CUDA writes at init
+
+
+def test_child_text_reaching_a_prompt_is_capped() -> None:
+    from kforge.evaluator.feedback import MAX_LINE, MAX_TEXT
+
+    secretish = "root:$6$" + "a" * 5000
+    text = "Traceback (most recent call last):\n" + "\n".join(f"RuntimeError: {secretish}" for _ in range(20))
+    out = clean_error(text, None, [])
+    assert len(out) <= MAX_TEXT and all(len(line) <= MAX_LINE for line in out.splitlines())
+
+
+class _Runtime:
+    """Stands in for the CUDA runtime this machine lacks: records registrations, refuses when told."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse, self.calls = refuse, []
+
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:
+        self.calls.append(("register", ptr, size))
+        return 1 if self.refuse else 0
+
+    def cudaHostUnregister(self, ptr: int) -> int:
+        self.calls.append(("unregister", ptr))
+        return 0
+
+    def cudaGetLastError(self) -> int:
+        self.calls.append(("clear",))
+        return 0
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_arena_writer_gpu_path_pins_once_and_clears_a_refusal(monkeypatch: pytest.MonkeyPatch, refuse: bool) -> None:
+    """The GPU branch of the writer on a CPU: the arena registered once per mapping (unregistered before it
+    is remapped), a refused registration cleared, and the copy done either way."""
+    from kforge.evaluator import arena_writer
+    from kforge.evaluator.arena import Arena, layout
+    from kforge.evaluator.protocol import ALL
+
+    runtime = _Runtime(refuse)
+    monkeypatch.setattr(arena_writer, "cuda_runtime", lambda: runtime)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    meta = [[[8], "torch.float32"]]
+    slots, size = layout(meta)
+    arena = Arena(2 * size)
+    writer = arena_writer.ArenaWriter(os.dup(arena.fd), on_gpu=True)
+    try:
+        x = torch.randn(8)
+        writer.put([x], slots, size)
+        writer.put([x + 1], slots, size)  # same mapping: no second registration
+        assert torch.equal(arena.read(meta, slots, ALL)[0], x + 1)
+        registered = [c for c in runtime.calls if c[0] == "register"]
+        assert len(registered) == 1 and registered[0][2] == size
+        assert (("clear",) in runtime.calls) is refuse and (writer.pinned is None) is refuse
+        writer.put([x], slots, 2 * size)  # a bigger arena: remapped, the old mapping unregistered first
+        assert [c[0] for c in runtime.calls].count("unregister") == (0 if refuse else 1)
+    finally:
+        writer._unmap()
+        os.close(writer.fd)
+        arena.close()

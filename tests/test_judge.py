@@ -11,44 +11,82 @@ import torch
 
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import protocol as P
-from kforge.evaluator.harness import kernel_coverage
-from kforge.evaluator.judge import (EDGE, Clock, check_samples, compare_positions, flags_from_evidence, judge_trials,
-                                    meta_bytes, meta_mismatch, parent_ms_per_call, sample_positions,
-                                    timing_consistent)
+from kforge.evaluator.coverage import cuda_kernel_names, is_own, kernel_coverage, qualified_name
+from kforge.evaluator.judge import (EDGE, Clock, check_samples, check_timing, compare_positions, flags_from_evidence,
+                                    judge_trials, meta_bytes, meta_mismatch, parent_ms_per_call, sample_positions)
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.wire import FrameReader, WireError, decode, encode, send_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 RELU = (ROOT / "tests/candidates/manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]
 GOOD = (ROOT / "tests/candidates/relu_correct.py").read_text()
+CUDA_RELU = (ROOT / "tests/candidates/cuda_relu_correct.py").read_text()
 
 
 # --- timing: the parent's clock against the child's report -------------------------------------
 
+def _consistent(cand: Clock, ref: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> bool:
+    return check_timing(cand, ref, cfg, on_gpu).consistent
+
+
 def test_parent_estimate_subtracts_the_harness_overhead_measured_on_the_reference() -> None:
-    ref = Clock(wall_s=0.030, reported_ms=[2.0] * 10)  # 3 ms per call seen, 2 ms reported: 1 ms overhead
-    cand = Clock(wall_s=0.016, reported_ms=[0.6] * 10)  # 1.6 ms per call seen
+    ref = Clock(wall_ms=[3.0] * 10, reported_ms=[2.0] * 10)  # 3 ms per call seen, 2 ms reported: 1 ms overhead
+    cand = Clock(wall_ms=[1.6] * 10, reported_ms=[0.6] * 10)  # 1.6 ms per call seen
     assert parent_ms_per_call(cand, ref) == pytest.approx(0.6)
-    assert timing_consistent(cand, ref, EvaluatorConfig())
+    check = check_timing(cand, ref, EvaluatorConfig())
+    assert check.consistent and check.kernel_ms == pytest.approx(0.6)  # an honest report is the figure
 
 
 def test_forged_or_skipped_timings_are_inconsistent() -> None:
     cfg = EvaluatorConfig(timing_ratio=1.5, timing_slack_ms=0.02)
-    ref = Clock(wall_s=0.030, reported_ms=[2.0] * 10)
-    forged = Clock(wall_s=0.016, reported_ms=[0.0001] * 10)  # did 0.6 ms of work per call, claims 0.0001
-    assert not timing_consistent(forged, ref, cfg)
-    # Just inside the allowance: 0.6 <= 1.5 * 0.39 + 0.02.
-    assert timing_consistent(Clock(0.016, [0.39] * 10), ref, cfg)
-    assert not timing_consistent(Clock(0.016, [0.38] * 10), ref, cfg)
-    assert not timing_consistent(Clock(0.016, []), ref, cfg)  # no report at all
+    ref = Clock(wall_ms=[3.0] * 10, reported_ms=[2.0] * 10)
+    forged = Clock(wall_ms=[1.6] * 10, reported_ms=[0.0001] * 10)  # did 0.6 ms of work per call, claims 0.0001
+    assert not _consistent(forged, ref, cfg)
+    # Just inside the allowance: 0.6 <= 1.5 * 0.39 + 0.02 + 0.1 * 1.0 (a tenth of the reference's overhead).
+    assert _consistent(Clock([1.6] * 10, [0.33] * 10), ref, cfg)
+    assert not _consistent(Clock([1.6] * 10, [0.31] * 10), ref, cfg)
+
+
+@pytest.mark.parametrize("reported", [[], [0.5] * 9, [0.5] * 9 + [-0.5], [0.5] * 9 + [float("nan")],
+                                      [0.5] * 9 + [float("inf")], [0.5] * 9 + [0.0]])
+def test_reports_must_be_finite_positive_and_one_per_call(reported: list[float]) -> None:
+    ref = Clock(wall_ms=[3.0] * 10, reported_ms=[2.0] * 10)
+    check = check_timing(Clock([1.6] * 10, reported), ref, EvaluatorConfig())
+    assert not check.consistent and check.kernel_ms is None and "finite and positive" in check.reason
+
+
+def test_a_skewed_report_whose_mean_agrees_fails_the_median() -> None:
+    ref = Clock(wall_ms=[3.0] * 10, reported_ms=[2.0] * 10)
+    honest = Clock(wall_ms=[6.0] * 10, reported_ms=[5.0] * 10)
+    skewed = Clock(wall_ms=[6.0] * 10, reported_ms=[0.01] * 9 + [49.91])  # same sum, tiny median
+    assert _consistent(honest, ref, EvaluatorConfig())
+    assert not _consistent(skewed, ref, EvaluatorConfig())
+    assert check_timing(skewed, ref, EvaluatorConfig()).kernel_ms == pytest.approx(5.0)  # the mean, never the median
+
+
+def test_the_figure_never_beats_the_parents_clock_by_more_than_the_ratio() -> None:
+    cfg = EvaluatorConfig()  # ratio 2
+    # A 0.05 ms reference in a loop that costs 0.3 ms per call around it.
+    ref = Clock(wall_ms=[0.35] * 100, reported_ms=[0.05] * 100)
+    # All of a 0.05 ms kernel's work moved out of its window: it reports 0.001 ms; within the flag's slack.
+    moved = Clock(wall_ms=[0.35] * 100, reported_ms=[0.001] * 100)
+    check = check_timing(moved, ref, cfg)
+    assert check.consistent  # too small for the clock to call it a forgery...
+    assert 0.05 / check.kernel_ms == pytest.approx(2.0)  # ...but the speedup is what the clock allows: 2x
+    honest = Clock(wall_ms=[0.33] * 100, reported_ms=[0.03] * 100)  # truly 1.67x faster: kept as reported
+    assert check_timing(honest, ref, cfg).kernel_ms == pytest.approx(0.03)
+    # A big kernel whose 5 ms of work moved out of the window: speedup bounded the same way.
+    big_ref = Clock(wall_ms=[505.0] * 10, reported_ms=[5.0] * 10)
+    big = check_timing(Clock(wall_ms=[505.0] * 10, reported_ms=[0.01] * 10), big_ref, cfg)
+    assert 5.0 / big.kernel_ms == pytest.approx(2.0, rel=1e-3)
 
 
 def test_cpu_allows_only_gross_disagreement() -> None:
     cfg = EvaluatorConfig()
-    ref = Clock(wall_s=0.010, reported_ms=[1.0] * 5)  # 1 ms overhead per call
-    assert timing_consistent(Clock(0.030, [2.0] * 5), ref, cfg, on_gpu=False)  # 5 ms seen, 2 reported
-    assert not timing_consistent(Clock(0.030, [0.5] * 5), ref, cfg, on_gpu=True)
-    assert not timing_consistent(Clock(0.075, [0.001] * 5), ref, cfg, on_gpu=False)  # 14 ms seen, ~0 reported
+    ref = Clock(wall_ms=[2.0] * 5, reported_ms=[1.0] * 5)  # 1 ms overhead per call
+    assert _consistent(Clock([6.0] * 5, [2.0] * 5), ref, cfg, on_gpu=False)  # 5 ms seen, 2 reported
+    assert not _consistent(Clock([6.0] * 5, [0.5] * 5), ref, cfg, on_gpu=True)
+    assert not _consistent(Clock([15.0] * 5, [0.001] * 5), ref, cfg, on_gpu=False)  # 14 ms seen, ~0 reported
 
 
 # --- samples of timed calls and large outputs ----------------------------------------------------
@@ -107,10 +145,33 @@ def test_evidence_adds_flags_and_ignores_non_trial_reports() -> None:
 
 
 def test_coverage_is_the_share_of_kernel_time_in_the_candidates_kernels() -> None:
-    times = {"relu_kernel_0d1d": 30.0, "ampere_sgemm_128x64": 70.0}
+    times = {"relu_kernel": 30.0, "ampere_sgemm_128x64": 70.0}
     assert kernel_coverage(times, {"relu_kernel"}) == pytest.approx(0.3)
     assert kernel_coverage(times, set()) == 0.0
-    assert kernel_coverage({}, {"relu_kernel"}) is None
+    assert kernel_coverage({}, {"relu_kernel"}) == 0.0  # launched nothing at all: none of the work, not "unknown"
+
+
+def test_coverage_names_match_exactly() -> None:
+    torch_kernel = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::foo>(int, float)"
+    times = {torch_kernel: 90.0, "v": 10.0}
+    assert qualified_name(torch_kernel) == "at::native::vectorized_elementwise_kernel"
+    # A kernel named `v`, or named like PyTorch's, claims nothing of PyTorch's kernels.
+    assert kernel_coverage(times, {"v"}) == pytest.approx(0.1)
+    assert kernel_coverage(times, {"vectorized_elementwise_kernel"}) == 0.0
+    # A namespace the candidate's source opened counts; PyTorch's do not, even when its source names them.
+    assert is_own("mine::k(float*)", {"k"}, {"mine"}) and not is_own("at::native::k(float*)", {"k"}, {"mine"})
+
+
+def test_a_cuda_kernel_of_load_inline_counts_as_the_candidates() -> None:
+    source = CUDA_RELU.split("cuda_src = r'''")[1].split("'''")[0]
+    names, spaces = cuda_kernel_names(source)
+    assert names == {"relu_kernel"}
+    profiled = {"relu_kernel(float const*, float*, long)": 40.0,
+                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int, float)": 10.0}
+    assert kernel_coverage(profiled, names, spaces) == pytest.approx(0.8)
+    odd = "namespace k2 {\n__global__ void __launch_bounds__(256) add_kernel(const float* a) {}\n}\n" \
+          "template <typename T> __global__ void tk(T* x) {}\n// __global__ void commented(float* x)\n"
+    assert cuda_kernel_names(odd) == ({"add_kernel", "tk"}, {"k2"})
 
 
 # --- the wire: bounded, pickle-free frames -------------------------------------------------------
@@ -189,3 +250,86 @@ def test_the_candidate_child_gets_no_model_class() -> None:
     ns: dict = {}
     exec(compile(text, "inputs", "exec"), ns)  # noqa: S102 - the test's own text
     assert ns["get_inputs"]()[0].shape == (48, 40)
+
+
+# --- the PyTorch-op flag resolves names through the imports -------------------------------------
+
+GELU_REF = (ROOT / "tests/candidates/manifest.py").read_text().split("TANH_GELU = '''")[1].split("'''")[0]
+ORDINARY = (ROOT / "tests/candidates/ordinary_gelu.py").read_text()
+
+
+def test_math_constants_in_launch_arguments_are_not_the_pytorch_op() -> None:
+    # The reference calls math.sqrt and torch.tanh; the kernel's launch computes math.sqrt(2 / pi).
+    rep = check_source(ORDINARY, GELU_REF, "triton")
+    assert rep.errors == [] and rep.flags == []
+    autotuned = (ROOT / "tests/candidates/ordinary_autotune.py").read_text()
+    assert check_source(autotuned, GELU_REF, "triton").flags == []
+
+
+@pytest.mark.parametrize("imports, use", [
+    ("from torch.nn.functional import relu as act", "act(x)"),
+    ("from torch import relu", "relu(x)"),
+    ("import torch.nn.functional as F", "F.relu(x)"),
+    ("import torch.nn.functional as nnf", "list(map(nnf.relu, [x]))[0]"),  # referenced, not called
+    ("", "x.relu()"),
+])
+def test_the_reference_op_is_flagged_under_any_local_name(imports: str, use: str) -> None:
+    code = GOOD.replace("import torch.nn as nn", f"import torch.nn as nn\n{imports}").replace(
+        "        return relu(x)", f"        return {use}")
+    assert f"return {use}" in code
+    assert "pytorch_op:relu" in check_source(code, RELU, "triton").flags, (imports, use)
+
+
+@pytest.mark.parametrize("snippet", [
+    "y = torch.ops.aten.relu.default(torch.ones(1))", "lib = torch.library.Library('aten', 'IMPL')",
+    "from torch.overrides import TorchFunctionMode", "import numpy as np\na = np.load('x.npy', allow_pickle=True)",
+    "import numpy\nnumpy.save('x.npy', numpy.zeros(1))", "s = torch.load('x.pt', weights_only=False)",
+    "from numpy import load", "import numpy as np\nnp.zeros(1).tofile('x')",
+    "M = type('M', (object,), {})", "d = {'__torch_function__': None}",
+])
+def test_interception_and_loaders_are_banned_by_any_path(snippet: str) -> None:
+    rep = check_source(GOOD + "\n" + snippet + "\n", RELU, "triton")
+    assert rep.errors and "not allowed in a kernel" in rep.errors[0], (snippet, rep.errors)
+
+
+def test_builtin_solutions_against_their_own_problems_carry_no_flag() -> None:
+    from kforge.problems import builtin_problems
+
+    for p in builtin_problems():
+        rep = check_source(p.solution, p.code, "triton")
+        assert rep.errors == [] and rep.flags == [], (p.key, rep.errors, rep.flags)
+
+
+# --- the audit hook: code made or unpickled with the candidate on the stack ----------------------
+
+def test_code_made_at_run_time_counts_as_the_candidates() -> None:
+    from kforge.evaluator.guard import candidate_like
+
+    cand = "/scratch/candidate.py"
+    assert candidate_like(cand, cand) and candidate_like("<string>", cand) and candidate_like("<timeit-src>", cand)
+    assert not candidate_like("<frozen importlib._bootstrap>", cand)
+    assert not candidate_like("/usr/lib/python3.11/dataclasses.py", cand)
+
+
+def test_who_may_make_code_with_a_candidate_frame_on_the_stack() -> None:
+    from kforge.evaluator.guard import may_make_code
+
+    stdlib = ("/py/lib/python3.11/",)
+    libs = stdlib + ("/venv/site-packages/",)
+    triton_dir = "/venv/site-packages/triton/"
+
+    def may(event: str, args: tuple, caller: str) -> bool:
+        return may_make_code(event, args, caller, libs, triton_dir, stdlib)
+
+    code = compile("x = 1", "/venv/site-packages/pkg/mod.py", "exec")
+    assert may("exec", (code,), "<frozen importlib._bootstrap>")  # importing an installed module
+    assert may("compile", (b"x", "/venv/site-packages/pkg/mod.py"), "<frozen importlib._bootstrap_external>")
+    assert may("marshal.loads", (b"",), "<frozen importlib._bootstrap_external>")
+    assert not may("exec", (compile("x = 1", "/scratch/evil.py", "exec"),), "<frozen importlib._bootstrap>")
+    assert may("exec", (code,), "/venv/site-packages/triton/runtime/jit.py")  # Triton's binder
+    assert may("compile", ("def f(): pass", "<string>"), "/py/lib/python3.11/dataclasses.py")
+    # numpy.load / torch.load unpickling, timeit running a statement, torch.fx making code: refused.
+    assert not may("pickle.find_class", ("builtins", "exec"), "/venv/site-packages/numpy/lib/format.py")
+    assert not may("exec", (code,), "/venv/site-packages/numpy/lib/format.py")
+    assert not may("compile", ("import os", "<timeit-src>"), "/py/lib/python3.11/timeit.py")
+    assert not may("exec", (code,), "/venv/site-packages/torch/fx/graph_module.py")

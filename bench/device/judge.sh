@@ -1,21 +1,50 @@
 #!/usr/bin/env bash
-# The judge on a GPU, one section after another (each log in $OUT): the candidate and attack corpus,
-# throughput on KernelBench level 1 at full size (cold, then with the reference cache warm), and the
-# reference baselines of level 1. Run from the repo root after bench/device/prepare.sh.
-#   bash bench/device/judge.sh [BASELINE_SECONDS]
+# The judge on a GPU, one section per argument (each log in $OUT/<section>.log, one line per section in
+# $OUT/summary.txt). Run from the repo root after bench/device/prepare.sh; KernelBench's problems and
+# baselines are read from .evalcarry/ (carried into the GPU machine).
+#   bash bench/device/judge.sh issue22            # attack corpus + coverage, then 6 full-size level-1 kernels:
+#                                                 # time limits 340 s + 230 s, so it fits one 10-minute call
+#   bash bench/device/judge.sh corpus full6 ab6 throughput baseline
+# Sections:
+#   corpus      every candidate and attack of tests/candidates in every layer mode, and GPU-time coverage
+#               (honest, lazy, decoy, a kernel named `v`, the profiled-call dodge, a CUDA load_inline kernel)
+#   full6       6 level-1 kernels at full KernelBench size (ReLU, LeakyReLU, Sigmoid, Softmax: 6.4 GB in and
+#               out; Sum over a dimension: 2.1 GB in; Matrix-vector: 8.6 GB in) plus a copy posing as ReLU
+#   ab6         the same 6, this checkout against the one in .evalcarry/base, interleaved (before/after)
+#   throughput  all level-1 candidates of bench/eval_throughput.py, cold then warm
+#   baseline    `kforge problems baseline` over level 1 (time limit: BASELINE_S, default 300)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 KB=.evalcarry/problems.jsonl
 BASE=.evalcarry/H100_Modal__baseline_time_torch.json
+FULL6=19,20,21,23,47,4
 run() {  # name, seconds, command...
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
 }
-run throughput_cold "${1:-200}" python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --cache-dir /tmp/kc-tp
-run corpus "${2:-240}" python3 bench/gpu_evaluator_corpus.py --skip-cuda --cache-dir /tmp/kc-corpus
-[ "${3:-0}" -gt 0 ] && run baseline_l1 "$3" python3 -m kforge problems baseline --level 1 --source $KB --out "$OUT/baseline_l1.json"
-tail -n 30 "$OUT"/*.log | cut -c1-250
+for s in "$@"; do
+  case "$s" in
+    issue22) bash "$0" corpus full6; exit $? ;;
+    corpus) run corpus 340 python3 bench/gpu_evaluator_corpus.py --cache-dir /tmp/kc-corpus
+            grep -E "MISMATCH|as expected|coverage/" "$OUT/corpus.log" | cut -c1-220 ;;
+    full6) run full6 230 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --only $FULL6 \
+             --timing-trials 100 --cache-dir /tmp/kc-full6
+           tail -n 20 "$OUT/full6.log" | cut -c1-250 ;;
+    ab6) [ -d .evalcarry/base/kforge ] || { echo "ab6 needs .evalcarry/base (git archive f4782c0)"; continue; }
+         run ab6 570 python3 bench/eval_ab.py --base-dir .evalcarry/base --rounds 1 --problems $KB -- \
+           --baselines $BASE --big --only $FULL6 --timing-trials 100
+         tail -n 8 "$OUT/ab6.log" ;;
+    throughput) run throughput 400 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big \
+                  --cache-dir /tmp/kc-tp
+                tail -n 12 "$OUT/throughput.log" | cut -c1-250 ;;
+    baseline) run baseline_l1 "${BASELINE_S:-300}" python3 -m kforge problems baseline --level 1 --source $KB \
+                --out "$OUT/baseline_l1.json"
+              tail -n 5 "$OUT/baseline_l1.log" ;;
+    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, issue22)" ;;
+  esac
+done
+cat "$OUT/summary.txt"

@@ -172,16 +172,19 @@ class EvaluatorConfig(Section):
     )
     timing_timeout_s: float = Field(300.0, gt=0.0, description="budget of the whole timing stage of one candidate")
     cpu_timing_calls: int = Field(3, gt=0, description="timed calls on a machine without a GPU (protocol only)")
-    timing_memory_gb: float = Field(8.0, gt=0.0, description="outputs a child keeps per timed batch until sampled")
+    timing_output_gb: float = Field(64.0, gt=0.0, description="outputs all timed calls of one candidate may copy "
+                                    "out for the parent to read: problems with bigger outputs get fewer timed calls "
+                                    "(at least 5)")
     sample_points: int = Field(64, gt=0, description="output values per timed call that the parent checks")
     full_compare_mb: float = Field(256.0, gt=0.0, description="trial outputs up to this size are compared whole; "
                                    "larger ones (multi-GB KernelBench outputs) at compare_points positions")
     compare_points: int = Field(1 << 20, gt=0, description="random positions compared per large output, besides "
                                 "its first and last 4096 values")
     timing_ratio: float = Field(2.0, ge=1.0, description="flag timing_inconsistent when the parent's clock says "
-                                "the calls took more than this times what the child reported")
-    timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison: the "
-                                   "resolution of the parent's clock (per-call harness overhead varies by ~0.1 ms)")
+                                "the calls took more than this times what the child reported; a speedup never "
+                                "exceeds this times what the parent's clock allows")
+    timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison (plus a "
+                                   "tenth of the reference's per-call overhead): the resolution of the parent's clock")
     pids_max: int = Field(1024, gt=0, description="cgroup pids.max of a child (threads included)")
     static_checks: bool = Field(True, description="reject sources that use what no kernel needs (off only to "
                                 "test the layers below)")

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from kforge.evaluator import sandbox
+from kforge.evaluator.arena import Arena
+from kforge.evaluator.freeze import frozen
 from kforge.evaluator.wire import SMALL_MESSAGE, FrameReader, WireError, decode, send_pickle
 
 _LEN = struct.Struct("<I")
@@ -177,21 +179,30 @@ class Child:
     """One running child: send a job, read messages with deadlines, always cleaned up by close()."""
 
     def __init__(self, zygote: Zygote, cgroups: CgroupFactory, kind: str, request: dict[str, Any],
-                 job: dict[str, Any], scratch_parent: str | None = None, pids_max: int | None = None) -> None:
+                 job: dict[str, Any], scratch_parent: str | None = None, pids_max: int | None = None,
+                 arena: Arena | None = None) -> None:
         self.scratch = tempfile.mkdtemp(prefix="kforge-", dir=scratch_parent)
         os.chmod(self.scratch, 0o700)
         for name, src in (request.get("copy_into_scratch") or {}).items():
             shutil.copytree(src, os.path.join(self.scratch, name), symlinks=False, dirs_exist_ok=True)
+        run_as = sandbox.child_ids()
+        if os.geteuid() == 0 and run_as[0] != 0:
+            _give(self.scratch, run_as, recursive=True)  # made by this process just now: nothing to follow
+            for path in request.get("writable", []):
+                if path.startswith("/dev/") or path == "/proc":
+                    continue
+                _give(path, run_as, recursive=False)  # a cache folder: the child writes inside it
+        self.arena = arena
         self.cgroup = cgroups.new(pids_max, request.get("memory_bytes"))
         self.exit: dict[str, Any] | None = None
         self.closed = False
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         req = dict(request, kind=kind, scratch=self.scratch, cgroup=str(self.cgroup) if self.cgroup else None,
-                   uid=os.getuid(), gid=os.getgid())
+                   uid=os.getuid(), gid=os.getgid(), run_as=run_as)
         t0 = time.monotonic()
         try:
-            self.pid = zygote.fork(req, [to_r, from_w])
+            self.pid = zygote.fork(req, [to_r, from_w] + ([arena.fd] if arena is not None else []))
         finally:
             os.close(to_r)
             os.close(from_w)
@@ -202,6 +213,13 @@ class Child:
             send_pickle(self.wfd, job)
         except OSError:
             pass  # the child died at once; recv() reports it
+
+    def read(self, meta: list[Any], slots: list[Any], where: Any, plain: list[Any] | None = None) -> list[Any]:
+        """The outputs the child copied into its arena, read by this process while every process of the
+        child is stopped (freeze.py): nothing it runs can see or change what is read."""
+        assert self.arena is not None
+        with frozen(self.pid, self.cgroup):
+            return self.arena.read(meta, slots, where, plain)
 
     def send(self, obj: Any) -> None:
         try:
@@ -287,6 +305,20 @@ class Child:
             except OSError:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.arena is not None:
+            self.arena.close()
+
+
+def _give(path: str, ids: tuple[int, int], recursive: bool) -> None:
+    """chown to the child's unprivileged ids without following links (the parent runs as root)."""
+    try:
+        os.chown(path, *ids, follow_symlinks=False)
+        if recursive:
+            for root, dirs, files in os.walk(path, followlinks=False):
+                for name in dirs + files:
+                    os.chown(os.path.join(root, name), *ids, follow_symlinks=False)
+    except OSError:
+        pass
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kforge.config.schema import EvaluatorConfig
+from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import CgroupFactory, Child, Slot
 
 
@@ -59,17 +60,19 @@ class PoolContext:
         return path
 
     def child(self, slot: Slot, kind: str, job: dict[str, Any], writable: list[str] | None = None,
-              triton_cache: str | None = None) -> Child:
-        """Fork a sandboxed child of `kind` from the slot's zygote and hand it `job`."""
+              triton_cache: str | None = None, arena: Arena | None = None) -> Child:
+        """Fork a sandboxed child of `kind` from the slot's zygote and hand it `job` (and `arena`, the
+        shared memory its outputs go to)."""
         writable = list(writable or [])
         env = dict(slot.zygote.env)
         copy: dict[str, str] = {}
         if slot.on_gpu:
             writable += [str(p) for p in Path("/dev").glob("nvidia*")]
-            # CUDA init fails (cudaGetDeviceCount error 304) unless /proc and /sys are writable; measured
-            # on an H100 host. The candidate has a private /proc (PID namespace) and no init-namespace
-            # capabilities, so this opens little.
-            writable += ["/proc", "/sys"]
+            # CUDA init fails (cudaGetDeviceCount error 304) unless it may write its threads' names to
+            # /proc/<pid>/task/<tid>/comm; Landlock cannot name those per thread. The child's /proc is
+            # its own (PID namespace), /proc/sys and /sys are mounted read-only (zygote._view), and an
+            # unprivileged uid cannot write what root owns there.
+            writable += ["/proc"]
             env["CUDA_CACHE_PATH"] = "/nonexistent"
             env["CUDA_CACHE_DISABLE"] = "1"
             if kind == "reference":
@@ -82,4 +85,5 @@ class PoolContext:
                    "memory_bytes": int(self.cfg.memory_limit_gb * (1 << 30)),
                    "restrict_reads": self.cfg.sandbox_restrict_reads, "copy_into_scratch": copy,
                    "triton_cache_in_scratch": bool(copy)}
-        return Child(slot.zygote, self.cgroups, kind, request, job, str(self.work_dir), pids_max=self.cfg.pids_max)
+        return Child(slot.zygote, self.cgroups, kind, request, job, str(self.work_dir), pids_max=self.cfg.pids_max,
+                     arena=arena)

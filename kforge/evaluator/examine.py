@@ -1,10 +1,15 @@
 """Drive one candidate child through the protocol and turn what the parent saw into a Verdict.
 
 Stages, each with one budget fixed by the parent when the stage starts (nothing the child sends
-extends it): import/compile -> correctness trials (the parent's seeds, in the parent's order,
-one answer per request) -> timed batches on fresh inputs, with the parent's clock around each
-batch and samples of every timed call's outputs -> profile (GPU). Timing runs only for a correct,
-unflagged candidate; on a GPU under the device's timing lock, released on every path.
+extends it): import/compile -> correctness trials (the parent's seeds, in the parent's order, one
+answer per request, outputs read by the parent from the arena) -> timed calls on fresh inputs, with the
+parent's clock around each and the outputs of every call read at secret positions -> profile (GPU) ->
+the decoy trial (Triton: the same problem without the candidate's kernels). Timing runs only for a
+correct, unflagged candidate; on a GPU under the device's timing lock, released on every path.
+
+What went wrong is the parent's to say, from the stage it saw: an error before the child reported
+READY is a compile error, whatever the child called it; after it, a runtime error, unless the child
+claims the lesser compile error (a Triton kernel compiles at its first launch).
 """
 
 from __future__ import annotations
@@ -15,15 +20,16 @@ import statistics
 import time
 from typing import Any
 
+from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
+from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
+from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.feedback import clean_error
-from kforge.evaluator.judge import check_samples, judge_trials, meta_mismatch, parent_ms_per_call, timing_consistent
-from kforge.evaluator.reference import Reference, fresh_seeds, timed_batches, trial_order
+from kforge.evaluator.judge import check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call
+from kforge.evaluator.reference import Reference, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
-
-_ERROR_STATUS = {"compile_error": Status.COMPILE_ERROR, "format_error": Status.FORMAT_ERROR}
 
 
 def timings_from(ms: list[float]) -> Timings | None:
@@ -47,9 +53,10 @@ class Examination:
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
         job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
-               "device": self.slot.device, "init_seed": self.ref.trials[0][0], "state": self.ref.state,
+               "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
                "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
-        self.child = self.ctx.child(self.slot, "candidate", job, [build_dir] if build_dir else [])
+        arena = Arena(self.ref.arena_bytes, sealed=True)
+        self.child = self.ctx.child(self.slot, "candidate", job, [build_dir] if build_dir else [], arena=arena)
         self.durations["fork_s"] = self.child.fork_s
         try:
             self._import()
@@ -57,9 +64,13 @@ class Examination:
             if self.v.status is Status.CORRECT and not self.v.flags:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
                     self._timing()
+                if backend == "triton" and self.ref.decoy and not self.v.flags:
+                    self._decoy()
             self.child.send({"op": P.OP_BYE})
         except _Stop:
             pass
+        except drive.ChildError as exc:
+            self._child_error(exc.msg)
         except TimeoutError:
             self._timed_out()
         except EOFError:
@@ -73,50 +84,35 @@ class Examination:
         return self.v
 
     # --- stages ------------------------------------------------------------------------------
-    def _ask(self, request: dict[str, Any] | None, expect: str, deadline: float, bound: int = P.HEADROOM) -> dict[str, Any]:
-        assert self.child is not None
-        msg = self.child.ask(request, expect, deadline, max(bound, P.HEADROOM))
-        if msg["type"] == P.ERROR:
-            self.v.status = _ERROR_STATUS.get(str(msg.get("category")), Status.RUNTIME_ERROR)
-            self.v.error = clean_error(str(msg.get("message", "")), self.child.scratch, self.ctx.secrets)
-            if self.stage == "timing":  # correct before, broken when called again: caching or state
-                self.v.status = Status.CORRECT
-                self.v.flags.append("failed_when_timed")
-            raise _Stop
-        return msg
-
     def _import(self) -> None:
+        assert self.child is not None
         deadline = time.monotonic() + self.cfg.compile_timeout_s
-        applied = self._ask(None, "sandbox", deadline)["applied"]
+        applied = drive.ask(self.child, None, "sandbox", deadline)["applied"]
         self.v.details["sandbox"] = {k: (list(x) if isinstance(x, tuple) else x) for k, x in dict(applied).items()}
-        ready = self._ask(None, P.READY, deadline)
+        ready = drive.ask(self.child, None, P.READY, deadline)
         self.durations.update({k: float(x) for k, x in dict(ready.get("durations") or {}).items()})
         self.v.compile_s += self.durations.get("import_s", 0.0) + self.durations.get("init_s", 0.0)
         self.ready_evidence = dict(ready.get("evidence") or {})
 
     def _trials(self) -> None:
+        assert self.child is not None
         self.stage = "run"
+        ref = self.ref
         t0 = time.monotonic()
         deadline = t0 + self.cfg.run_timeout_s
-        order = trial_order(self.ref, random.Random())
+        order = trial_order(ref, random.Random())
         answers: list[Any] = [None] * len(order)
         evidence: list[dict[str, Any]] = [{} for _ in order]
-        where = self.ref.trial_positions if self.ref.trial_positions is not None else P.ALL
+        where = ref.trial_positions if ref.trial_positions is not None else P.ALL
         for k in order:
-            seed, signed = self.ref.trials[k]
-            ans = self._ask({"op": P.OP_TRIAL, "id": k, "seed": seed, "signed": signed}, P.TRIAL, deadline)
+            seed, signed = ref.trials[k]
+            ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
+                                          check=meta_mismatch)
             evidence[k] = dict(ans.get("evidence") or {})
-            # Shapes and dtypes first: only then does the parent accept (and bound) the values.
-            answers[k] = meta_mismatch(ans.get("meta"), self.ref.meta)
-            if not answers[k]:
-                got = self._ask({"op": P.OP_SAMPLE, "positions": where}, P.SAMPLES, deadline,
-                                P.answer_bound(self.ref.outputs[k]))
-                values = got.get("values")
-                answers[k] = list(values[0]) if isinstance(values, list) and len(values) == 1 else "no outputs"
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
         self.durations["correctness_s"] = time.monotonic() - t0
-        f = judge_trials(self.ref.trials, answers, self.ref.outputs, evidence + [self.ready_evidence], self.cfg)
+        f = judge_trials(ref.trials, answers, ref.outputs, evidence + [self.ready_evidence], self.cfg)
         v = self.v
         v.trials, v.trials_passed = f.total, f.passed
         v.max_abs_error, v.max_rel_error = f.max_abs, f.max_rel
@@ -127,42 +123,67 @@ class Examination:
             v.error = "\n".join(f.reasons[:3])
 
     def _timing(self) -> None:
+        assert self.child is not None
         self.stage = "timing"
         ref, cfg = self.ref, self.cfg
         t0 = time.monotonic()
         deadline = t0 + cfg.timing_timeout_s
-        self._ask({"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
+        drive.ask(self.child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
         order = list(range(len(ref.timing_seeds)))
         random.Random().shuffle(order)  # fresh inputs per call, in an order the child cannot predict
-        seeds = [ref.timing_seeds[i] for i in order]
-        want = [ref.samples[i] for i in order]
-        assert self.child is not None
-        clock, got, err = timed_batches(self.child, seeds, ref.batch, ref.positions, deadline,
-                                        P.sample_bound(ref.positions, ref.batch))
-        if err:
-            self.v.flags.append("failed_when_timed")
-            self.v.error = clean_error(err, self.child.scratch, self.ctx.secrets)
-            raise _Stop
+        clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
+                                       ref.positions, deadline)
         self.durations["timing_s"] = time.monotonic() - t0
-        mismatch = check_samples(got, want, cfg)
+        mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
         if mismatch:
             self.v.flags.append("timed_output_mismatch")
             self.v.details["reason"] = "outputs of the timed calls were wrong: " + mismatch
             return
-        self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock) if ref.clock else None
-        if ref.clock is not None and not timing_consistent(clock, ref.clock, cfg, self.slot.on_gpu):
+        if ref.clock is None:
+            return
+        self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
+        check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
+        if not check.consistent:
             self.v.flags.append("timing_inconsistent")
-            self.v.details["reason"] = (f"the reported times ({statistics.fmean(clock.reported_ms):.4g} ms per call) "
-                                        f"disagree with the evaluator's clock "
-                                        f"({self.v.details['parent_ms_per_call']:.4g} ms per call)")
+            self.v.details["reason"] = check.reason
             return
         if self.v.timing_meaningful:
             self.v.timings = timings_from(clock.reported_ms)
-            prof = self._ask({"op": P.OP_PROFILE, "seed": ref.trials[0][0]}, P.PROFILE, deadline)
+            self.v.kernel_ms = check.kernel_ms
+            # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
+            prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
             cov = prof.get("coverage")
             self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
 
+    def _decoy(self) -> None:
+        """The decoy trial: the candidate's own Triton launches are skipped (guard.ablate). An answer that
+        is still right came from somewhere else (PyTorch): the kernels were for show. The parent reads the
+        answer from the arena; only a candidate that notices the skip and fails on purpose escapes this."""
+        assert self.child is not None and self.ref.decoy is not None
+        self.stage = "decoy"
+        ref = self.ref
+        seed, signed = ref.decoy
+        where = ref.trial_positions if ref.trial_positions is not None else P.ALL
+        try:
+            _, got = drive.trial(self.child, len(ref.trials), seed, signed, ref.meta, ref.slots, where,
+                                 time.monotonic() + self.cfg.run_timeout_s, ablate=True, check=meta_mismatch)
+        except (drive.ChildError, TimeoutError, EOFError):
+            return  # it broke without its kernels: they were needed
+        if isinstance(got, list) and compare_outputs(got, ref.decoy_output, self.cfg, scale_atol=signed).passed:
+            self.v.flags.append("kernel_not_needed")
+            self.v.details["reason"] = "the outputs were right with the candidate's kernels skipped"
+
     # --- endings -----------------------------------------------------------------------------
+    def _child_error(self, msg: dict[str, Any]) -> None:
+        assert self.child is not None
+        self.v.error = clean_error(str(msg.get("message", "")), self.child.scratch, self.ctx.secrets)
+        if self.stage == "import":
+            self.v.status = Status.COMPILE_ERROR  # it never got as far as READY
+        elif self.stage == "timing":  # correct before, broken when called again: caching or state
+            self.v.flags.append("failed_when_timed")
+        else:
+            self.v.status = Status.COMPILE_ERROR if msg.get("category") == "compile_error" else Status.RUNTIME_ERROR
+
     def _timed_out(self) -> None:
         limits = {"import": self.cfg.compile_timeout_s, "run": self.cfg.run_timeout_s,
                   "timing": self.cfg.timing_timeout_s}

@@ -20,6 +20,7 @@ _FLAG_TEXT = {
     "timing_inconsistent": "the reported time disagrees with the evaluator's own clock",
     "failed_when_timed": "failed or hung when called again for timing",
     "protocol_violation": "the process sent messages the evaluator did not ask for",
+    "kernel_not_needed": "the outputs were right with the candidate's kernels skipped: PyTorch did the work",
 }
 
 _CATEGORY = {
@@ -49,11 +50,16 @@ _HIDDEN_FRAME = re.compile(r"kforge/evaluator/|<frozen |runpy|torch/nn/modules/m
 _CARET = re.compile(r"^\s*[\^~]+\s*$")
 
 
+# What of a child's own text may reach the policy's next prompt and the transcripts: the child may have
+# read anything its sandbox lets it read, so what it can pass on this way is kept small.
+MAX_LINE, MAX_TEXT = 200, 1200
+
+
 def clean_error(text: str, scratch: str | None, secrets: list[str], max_lines: int = 8) -> str:
     """The most useful few lines of a traceback: the candidate's frames and the error itself.
 
     Harness frames, caret lines, sandbox paths and secret values are removed; library paths are
-    shortened to the file name.
+    shortened to the file name; lines are cut at MAX_LINE characters and the whole at MAX_TEXT.
     """
     if scratch:
         text = text.replace(scratch.rstrip("/") + "/", "").replace(scratch, ".")
@@ -74,14 +80,14 @@ def clean_error(text: str, scratch: str | None, secrets: list[str], max_lines: i
             keep_frame = not _HIDDEN_FRAME.search(stripped)
             if keep_frame:
                 line = re.sub(r'File "[^"]*/([^/"]+)"', r'File "\1"', line)
-                out.append(line[:300])
+                out.append(line[:MAX_LINE])
             continue
         if line.startswith("    ") and not keep_frame:
             continue  # source line of a hidden frame
         keep_frame = True
-        if line not in out[-1:]:
-            out.append(line[:300])
-    return "\n".join(out[-max_lines:])
+        if line[:MAX_LINE] not in out[-1:]:
+            out.append(line[:MAX_LINE])
+    return "\n".join(out[-max_lines:])[-MAX_TEXT:]
 
 
 def write_feedback(v: Verdict) -> str:
@@ -95,9 +101,9 @@ def write_feedback(v: Verdict) -> str:
         parts.append(str(reason).rstrip(".") + ".")
     if v.flags:
         parts.append("Not accepted: " + "; ".join(describe_flag(f) for f in v.flags[:4]) + ".")
-    if v.speedup is not None and v.timings is not None:
-        base = v.baseline.median_ms if v.baseline else None
-        parts.append(f"Runtime {v.timings.median_ms:.4g} ms" + (f" vs PyTorch {base:.4g} ms" if base else "")
+    if v.speedup is not None and v.kernel_ms is not None:
+        base = v.baseline.mean_ms if v.baseline else None
+        parts.append(f"Runtime {v.kernel_ms:.4g} ms" + (f" vs PyTorch {base:.4g} ms" if base else "")
                      + f": speedup {v.speedup:.2f}x.")
     elif v.status is Status.CORRECT and not v.timing_meaningful:
         parts.append("Speed not measured on this machine.")

@@ -6,13 +6,19 @@ their own. The parent's checks (its own trials, comparison, clock and output sam
 
 - The PEP 578 audit hook cannot be removed once added. It refuses, when the candidate's code asks
   for them directly (or through the standard library), frame and garbage-collector inspection,
-  ctypes, new code objects (`exec`/`compile`), file access, processes, sockets, signals, and
-  rewriting the special attributes of library functions and classes (`__code__`, `__defaults__`...).
+  ctypes, file access, processes, sockets, signals, and rewriting the special attributes of library
+  functions and classes (`__code__`, `__defaults__`...). Code made at run time counts as the
+  candidate's (a frame of `<string>` or any other file that is not a file). New code and unpickling
+  (`exec`, `compile`, code and function objects, `marshal`, `pickle.find_class`) are refused whenever
+  any frame of the candidate's is on the stack, whoever asks: numpy.load or torch.load would otherwise
+  unpickle for it. Only Python's import of installed modules, dataclasses and Triton (which make
+  functions from generated text that no candidate controls) may make code then.
   CPython raises no audit event for a plain class-attribute assignment (`JITFunction.run = f`):
   the static check refuses it in source, and the harness's identity check reports it afterwards.
 - The launch recorder wraps Triton's `JITFunction.run` (and the interpreter's) and load_inline
   extension functions. A launch counts as the candidate's kernel only when the function was
   defined in the candidate's file; the harness then checks that it touched the trial's tensors.
+  In the decoy trial (`Guard.ablate`) the candidate's Triton launches are skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ DENIED_EVENTS = frozenset({
     "gc.get_objects", "gc.get_referrers", "gc.get_referents",
     "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
     "ctypes.call_function", "ctypes.create_string_buffer", "ctypes.PyObj_FromPtr",
-    "exec", "compile", "code.__new__", "function.__new__", "marshal.loads", "marshal.load", "pickle.find_class",
     "open", "os.listdir", "os.scandir", "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod",
     "os.symlink", "os.link", "os.truncate", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
     "os.forkpty", "os.kill", "os.killpg", "subprocess.Popen", "socket.__new__", "socket.connect", "socket.bind",
@@ -59,6 +64,9 @@ class Guard:
     # otherwise the allocator hands their memory to the output and an unrelated launch looks "on data".
     held: list[Any] | None = None
     patched: dict[str, tuple[Any, str, Any]] = field(default_factory=dict)
+    ablate: bool = False  # skip the candidate's own Triton launches (the parent's decoy trial)
+    cuda_kernels: set[str] = field(default_factory=set)  # __global__ names of its load_inline sources
+    cuda_namespaces: set[str] = field(default_factory=set)
 
 
 def _stdlib_dirs() -> tuple[str, ...]:
@@ -81,15 +89,69 @@ def fd_path(path: Any) -> bool:
     return bool(_FD_PATH.match(text))
 
 
+# Events that make or load code. Refused whenever the candidate's code is anywhere on the stack, unless
+# the frame that asked is one of the few makers of code from text no candidate controls (_CODE_MAKERS).
+CODE_EVENTS = frozenset({"exec", "compile", "code.__new__", "function.__new__", "marshal.loads", "marshal.load",
+                         "pickle.find_class"})
+_CODE_MAKERS = ("dataclasses.py", "ast.py")  # stdlib files whose generated code is built from identifiers
+
+
+def candidate_like(filename: str, cand: str) -> bool:
+    """The candidate's file, or code made at run time (`<string>`, `<timeit-src>`...): not a file at all."""
+    return filename == cand or (filename.startswith("<") and not filename.startswith("<frozen"))
+
+
+def may_make_code(event: str, args: tuple[Any, ...], caller: str, libraries: tuple[str, ...], triton_dir: str,
+                  stdlib: tuple[str, ...]) -> bool:
+    """With a frame of the candidate's on the stack: may `caller` (the frame that raised `event`) make code?
+
+    No kernel unpickles. Importing an installed module compiles or unmarshals its own file; Triton and
+    dataclasses compile text they generate from identifiers; ast.parse compiles to a tree only."""
+    if event == "pickle.find_class":
+        return False
+    if caller.startswith("<frozen importlib"):
+        if event.startswith("marshal."):
+            return True
+        source = getattr(args[0], "co_filename", None) if event == "exec" and args else (
+            args[1] if event == "compile" and len(args) > 1 else None)
+        return isinstance(source, str) and source.startswith(libraries)
+    if triton_dir and caller.startswith(triton_dir) and event in ("exec", "compile"):
+        return True
+    return caller.startswith(stdlib) and caller.endswith(_CODE_MAKERS) and event in ("exec", "compile")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Folders whose files are installed code: the standard library and every sys.path folder except the
+    working folder (Landlock keeps the child from writing any of them)."""
+    import os
+
+    dirs = {os.path.join(os.path.abspath(p), "") for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)}
+    dirs |= set(_stdlib_dirs())
+    here = os.path.join(os.getcwd(), "")
+    return tuple(d for d in dirs if d != here)
+
+
 def install_audit_hook(guard: Guard) -> None:
     """Add the hook (irreversible). Everything it needs is bound here, none of it in module globals."""
+    import os
+
     cand = guard.candidate_file
     stdlib = _stdlib_dirs()
+    libraries = _library_dirs()
+    try:
+        import triton
+
+        triton_dir = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
+    except ImportError:
+        triton_dir = ""
     getframe = sys._getframe
     busy = [False]
     denied = guard.denied
     protected = _PROTECTED
-    events = DENIED_EVENTS
+    events = DENIED_EVENTS | CODE_EVENTS
+    code_events = CODE_EVENTS
+    like = candidate_like
+    may = may_make_code
 
     def asker_is_candidate() -> bool:
         # Frame 0 is this function, 1 the hook; the first frame outside the standard library decides
@@ -97,11 +159,20 @@ def install_audit_hook(guard: Guard) -> None:
         frame = getframe(2)
         while frame is not None:
             name = frame.f_code.co_filename
-            if name == cand:
+            if like(name, cand):
                 return True
             library = name.startswith(stdlib) and "-packages/" not in name
             if not (name.startswith("<frozen") or library):
                 return False
+            frame = frame.f_back
+        return False
+
+    def code_refused(event: str, args: tuple[Any, ...]) -> bool:
+        frame = getframe(2)
+        caller = frame.f_code.co_filename if frame is not None else ""
+        while frame is not None:
+            if like(frame.f_code.co_filename, cand):
+                return not may(event, args, caller, libraries, triton_dir, stdlib)
             frame = frame.f_back
         return False
 
@@ -110,19 +181,24 @@ def install_audit_hook(guard: Guard) -> None:
             return
         busy[0] = True
         try:
-            if event == "open" and args and fd_path(args[0]):
-                # Its own pipes to the parent, reopened by path through any library (numpy.savetxt...):
-                # nobody in the child has a reason to, whoever asks.
-                denied.append("open:fd")
-                raise PermissionError("kforge sandbox: opening a file descriptor by path is not allowed")
-            if event in ("object.__setattr__", "object.__delattr__"):
-                owner = getattr(args[0], "__module__", "") if args else ""
-                if not isinstance(owner, str) or not owner.startswith(protected):
+            if event in code_events:
+                if not code_refused(event, args):
                     return
-            if event == "import" and args and str(args[0]).split(".")[0] in ("torch", "triton", "math", "numpy"):
-                return
-            if not asker_is_candidate():
-                return
+            else:
+                if event == "open" and args and fd_path(args[0]):
+                    # Its own pipes to the parent, reopened by path through any library (numpy.savetxt...):
+                    # nobody in the child has a reason to, whoever asks.
+                    denied.append("open:fd")
+                    raise PermissionError("kforge sandbox: opening a file descriptor by path is not allowed")
+                if event in ("object.__setattr__", "object.__delattr__"):
+                    owner = getattr(args[0], "__module__", "") if args else ""
+                    # By package: the candidate's own module (`kforge_candidate`) is not kforge's.
+                    if not isinstance(owner, str) or owner.split(".")[0] not in protected:
+                        return
+                if event == "import" and args and str(args[0]).split(".")[0] in ("torch", "triton", "math", "numpy"):
+                    return
+                if not asker_is_candidate():
+                    return
             denied.append(event)
         finally:
             busy[0] = False
@@ -174,8 +250,10 @@ def install_launch_recorder(guard: Guard, interpreter: bool) -> None:
             if not kwargs.get("warmup", False):
                 fn = getattr(self, "fn", None)
                 code = getattr(fn, "__code__", None)
-                launches.append(Launch(getattr(code, "co_filename", "") == cand, getattr(fn, "__name__", ""),
-                                       _storage_ranges(args, kwargs)))
+                own = getattr(code, "co_filename", "") == cand
+                if own and guard.ablate:
+                    return None  # the decoy trial: does the answer still come out right without it?
+                launches.append(Launch(own, getattr(fn, "__name__", ""), _storage_ranges(args, kwargs)))
                 _hold(guard, args, kwargs)
             return __orig(self, *args, **kwargs)
 

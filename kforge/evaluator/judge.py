@@ -6,6 +6,8 @@ the parent's own clock) and returns findings, so every rule is unit-tested on it
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,23 +131,24 @@ def check_samples(got: list[list[Any]], want: list[list[Any]], cfg: EvaluatorCon
 
 @dataclass
 class Clock:
-    """One side of a timing measurement: the parent's wall time over the timed batches (time request
-    sent -> samples received) and the per-call milliseconds the child reported."""
+    """One side of a timing measurement, per timed call: the parent's wall time (the `time` request sent
+    -> the outputs read from the arena) and the milliseconds the child reported for its window."""
 
-    wall_s: float
+    wall_ms: list[float]
     reported_ms: list[float]
 
     @property
     def overhead_ms(self) -> float:
-        """Per call: what the parent saw beyond the reported windows (inputs, flush, pipes, sampling)."""
-        return (self.wall_s * 1e3 - sum(self.reported_ms)) / max(len(self.reported_ms), 1)
+        """Per call: what the parent saw beyond the reported window (inputs, flush, copy out, pipes, reading)."""
+        if not self.wall_ms:
+            return 0.0
+        return statistics.median(w - r for w, r in zip(self.wall_ms, self.reported_ms))
 
 
 def parent_ms_per_call(candidate: Clock, reference: Clock) -> float:
-    """The parent's own estimate of one candidate call: its wall time per call less the harness
-    overhead measured on the trusted reference doing the same loop."""
-    n = max(len(candidate.reported_ms), 1)
-    return candidate.wall_s * 1e3 / n - reference.overhead_ms
+    """The parent's own estimate of one candidate call: its wall time per call less the harness overhead
+    measured on the trusted reference doing the same loop."""
+    return statistics.fmean(candidate.wall_ms) - reference.overhead_ms if candidate.wall_ms else 0.0
 
 
 # On a CPU the Triton interpreter's calls take milliseconds, a handful of calls are timed and the
@@ -154,10 +157,40 @@ def parent_ms_per_call(candidate: Clock, reference: Clock) -> float:
 CPU_RATIO, CPU_SLACK_MS = 4.0, 10.0
 
 
-def timing_consistent(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> bool:
-    """A report the parent's clock cannot account for (forged, or work moved out of the window) fails."""
-    if not candidate.reported_ms:
-        return False
-    reported = sum(candidate.reported_ms) / len(candidate.reported_ms)
+@dataclass
+class TimingCheck:
+    """The parent's reading of a candidate's timed calls."""
+
+    kernel_ms: float | None  # the figure a speedup is computed from (None: no usable report)
+    consistent: bool
+    reason: str = ""
+
+
+def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> TimingCheck:
+    """The mean of the reported times, compared with the parent's clock and raised to what that clock allows.
+
+    - A report that is not finite and positive for every call is no report.
+    - Flag (inconsistent): the parent's estimate per call (its wall time less the reference's overhead)
+      exceeds `ratio` x the report + slack, in the mean or in the median (a list skewed so that its mean
+      agrees still fails the median). The slack grows with the reference's overhead, whose noise it covers.
+    - Figure: the mean report, but never below the candidate's parent-side time per call converted into
+      kernel time by the reference's own share of kernel time in its wall time, over `ratio`. Work moved
+      out of the window, or a report forged low, then gains at most `ratio` over what the parent saw,
+      however small the kernel; an honest report is the figure (KernelBench's statistic: the mean)."""
+    rep = candidate.reported_ms
+    if not rep or len(candidate.wall_ms) != len(rep) or any(not math.isfinite(x) or x <= 0.0 for x in rep):
+        return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
     ratio, slack = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
-    return parent_ms_per_call(candidate, reference) <= ratio * reported + slack
+    overhead = reference.overhead_ms
+    slack += 0.1 * max(overhead, 0.0)
+    parent = [w - overhead for w in candidate.wall_ms]
+    mean_rep, med_rep = statistics.fmean(rep), statistics.median(rep)
+    consistent = (statistics.fmean(parent) <= ratio * mean_rep + slack
+                  and statistics.median(parent) <= ratio * med_rep + slack)
+    ref_wall = statistics.fmean(reference.wall_ms) if reference.wall_ms else 0.0
+    share = min(1.0, statistics.fmean(reference.reported_ms) / ref_wall) if ref_wall > 0 and reference.reported_ms else 1.0
+    floor = statistics.fmean(candidate.wall_ms) * share / ratio
+    reason = "" if consistent else (f"the reported times (mean {mean_rep:.4g}, median {med_rep:.4g} ms per call) "
+                                    f"disagree with the evaluator's clock (mean {statistics.fmean(parent):.4g}, "
+                                    f"median {statistics.median(parent):.4g} ms per call)")
+    return TimingCheck(max(mean_rep, floor), consistent, reason)

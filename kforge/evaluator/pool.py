@@ -217,8 +217,8 @@ class EvalPool:
             base = self._file_baseline(problem) or timings_from(ref.baseline_ms.get(self.cfg.baseline, [])
                                                                 or ref.baseline_ms.get("eager", []))
             v.baseline = base
-            if base is not None and v.timings.median_ms > 0:
-                v.speedup = base.median_ms / v.timings.median_ms
+            if base is not None and v.kernel_ms:  # the same statistic on both sides: the mean
+                v.speedup = base.mean_ms / v.kernel_ms
         return self._finish(v)
 
     def _file_baseline(self, problem: Problem) -> Timings | None:

@@ -1,55 +1,35 @@
-"""The parent <-> child protocol: request and answer names, what each answer may weigh, and the
-problem text a candidate child is given.
+"""The parent <-> child protocol: request and answer names, and the problem text a candidate child is given.
 
 Order (the parent drives, one request at a time, and accepts only the answer it asked for):
 
-    child  -> READY     {durations, evidence}                     (after import and model build)
-    parent -> trial     {id, seed, signed}   child -> TRIAL {id, meta, evidence}      (x trials, parent's order;
-    parent -> sample    {positions | ALL}    child -> SAMPLES {values}                 outputs kept until asked)
-    parent -> warmup    {seeds}              child -> WARM                            (fresh inputs)
-    parent -> time      {seeds}              child -> TIMED {ms}                      (fresh inputs per call)
-    parent -> sample    {positions}          child -> SAMPLES {values}                (outputs of every timed call)
-    parent -> profile   {seed}               child -> PROFILE {coverage}              (GPU)
+    child  -> READY     {durations, evidence}                      (after import and model build)
+    parent -> trial     {id, seed, signed, slots, ablate}   child -> TRIAL {id, meta, plain, evidence}
+    parent -> warmup    {seeds}                             child -> WARM                 (fresh inputs)
+    parent -> time      {seed, slots}                       child -> TIMED {ms, plain}    (one call, fresh inputs)
+    parent -> profile   {seed}                              child -> PROFILE {coverage}   (GPU)
     parent -> bye
 
-Any other message, a second answer, or a frame larger than the answer can be ends the child as
+Outputs never travel in a message. Before it answers a `trial` or a `time` request the child copies
+every output tensor whole into its slot of the output arena (shared memory the parent made, see
+arena.py); the parent then freezes the child, reads what it wants there itself, and thaws it. Positions
+the parent compares are never sent, so nothing in the child can compute just those. Plain (non-tensor)
+outputs travel in the answer.
+
+Any other message, a second answer, or a frame larger than a small message ends the child as
 `crashed` with the flag `protocol_violation`.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 # child -> parent
-READY, TRIAL, WARM, TIMED, SAMPLES, PROFILE, BUILT, ERROR = (
-    "ready", "trial", "warm", "timed", "samples", "profile", "built", "error")
+READY, TRIAL, WARM, TIMED, PROFILE, BUILT, ERROR = ("ready", "trial", "warm", "timed", "profile", "built", "error")
 # parent -> child
-OP_TRIAL, OP_WARMUP, OP_TIME, OP_SAMPLE, OP_PROFILE, OP_COMPILE, OP_BYE = (
-    "trial", "warmup", "time", "sample", "profile", "compile", "bye")
+OP_TRIAL, OP_WARMUP, OP_TIME, OP_PROFILE, OP_COMPILE, OP_BYE = ("trial", "warmup", "time", "profile", "compile", "bye")
 
-HEADROOM = 1 << 16  # JSON framing around the tensors of one answer
-ALL = "all"  # a sample request for whole outputs (those small enough to move)
-
-
-def output_bytes(outputs: list[Any]) -> int:
-    """Bytes the tensors of one reference answer take (the bound for the candidate's answer)."""
-    total = 0
-    for o in outputs:
-        nbytes = getattr(o, "nbytes", None)
-        total += int(nbytes) if nbytes is not None else 64
-    return total
-
-
-def answer_bound(outputs: list[Any]) -> int:
-    """The largest frame an honest answer with outputs like these can be."""
-    return output_bytes(outputs) + 256 * len(outputs) + HEADROOM
-
-
-def sample_bound(positions: list[Any], calls: int) -> int:
-    """The largest frame of sampled values (`positions` per output) for `calls` kept outputs can be."""
-    per_call = sum((int(p.numel()) * 16 + 256) if hasattr(p, "numel") else 256 for p in positions)
-    return per_call * calls + HEADROOM
+HEADROOM = 1 << 16  # the smallest bound any answer gets (JSON framing, evidence, plain values)
+ALL = "all"  # read whole outputs (those small enough to compare whole)
 
 
 def inputs_only(problem_code: str) -> str:

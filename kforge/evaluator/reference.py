@@ -1,10 +1,10 @@
 """The reference side of every comparison, computed once per problem and device and cached.
 
 A trusted child (it runs the problem's Model, never candidate code) is driven through the same
-protocol as a candidate: outputs for the correctness trials, then the timed batches on the timing
-seeds, whose samples at secret positions become what every candidate's timed calls must match,
-and whose parent-side clock says what the harness itself costs per call. On a GPU its event
-times are the eager (and optionally torch.compile) baseline.
+protocol and the same loop (drive.py) as a candidate: outputs for the correctness trials, the timed
+calls on the timing seeds, whose values at secret positions become what every candidate's timed calls
+must match and whose parent-side clock says what the loop itself costs per call, and the decoy trial.
+On a GPU its event times are the eager (and optionally torch.compile) baseline.
 
 The cache lives in kforge's cache folder, which no child can read: reference outputs never reach
 a candidate's process.
@@ -20,15 +20,18 @@ from typing import Any
 
 import torch
 
+from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
-from kforge.evaluator.children import Child, ProtocolViolation, Slot
+from kforge.evaluator.arena import Arena, layout
+from kforge.evaluator.children import ProtocolViolation, Slot
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.feedback import clean_error
 from kforge.evaluator.judge import Clock, compare_positions, meta_bytes, sample_positions
 from kforge.problems.record import Problem
 
 TRUSTED_BOUND = 1 << 40  # the reference child runs no candidate code: its answers are not size-capped
-FORMAT = 2  # bump when the cached Reference record changes
+FORMAT = 3  # bump when the cached Reference record changes
+MIN_TIMED_CALLS = 5  # however big the outputs
 
 
 @dataclass
@@ -37,15 +40,25 @@ class Reference:
     outputs: list[list[Any]]  # the reference outputs of each trial
     state: dict[str, Any]  # initial weights, copied into ModelNew
     timing_seeds: list[int]
-    batch: int  # timed calls per batch (bounded by the outputs a child keeps until sampled)
-    positions: list[Any]  # per output: flat positions the parent samples
+    positions: list[Any]  # per output: flat positions the parent reads in every timed call
     samples: list[list[Any]]  # per timing seed: the reference values at those positions
     clock: Clock | None = None
     meta: list[Any] = field(default_factory=list)  # [shape, dtype] per output (None: a plain value)
     trial_positions: list[Any] | None = None  # where large outputs are compared; None: whole outputs
+    init_seed: int = 0  # seeds the model's construction; never a trial's seed
+    decoy: tuple[int, bool] | None = None  # the decoy trial (run without the candidate's kernels)
+    decoy_output: list[Any] = field(default_factory=list)
     baseline_ms: dict[str, list[float]] = field(default_factory=dict)
     gpu: str = "cpu"
     error: str = ""
+
+    @property
+    def slots(self) -> list[Any]:
+        return layout(self.meta)[0]
+
+    @property
+    def arena_bytes(self) -> int:
+        return layout(self.meta)[1]
 
 
 def _seeds(salt: str, key: str, purpose: str, n: int) -> list[int]:
@@ -58,37 +71,15 @@ def _finite(outputs: list[Any]) -> bool:
 
 
 def fresh_seeds(n: int) -> list[int]:
-    """Seeds for calls whose outputs nobody checks (warm-up): new every time, so no input repeats."""
+    """Seeds for calls whose outputs nobody checks (warm-up, profile): new every time, so no input repeats."""
     rng = random.SystemRandom()
     return [rng.getrandbits(60) for _ in range(n)]
 
 
-def timed_batches(child: Child, seeds: list[int], batch: int, positions: list[Any], deadline: float,
-                  sample_bound: int) -> tuple[Clock, list[list[Any]], str]:
-    """Run the timed batches the parent chose and time them with the parent's clock.
-
-    The clock runs from each `time` request to the arrival of that batch's samples, so work the child
-    moves out of its own timing window, skips and redoes when asked for samples, or defers, is counted.
-    Returns (clock, samples per call, error text)."""
-    wall = 0.0
-    ms: list[float] = []
-    samples: list[list[Any]] = []
-    for start in range(0, len(seeds), batch):
-        chunk = seeds[start:start + batch]
-        t0 = time.perf_counter()
-        timed = child.ask({"op": P.OP_TIME, "seeds": chunk}, P.TIMED, deadline, 64 * len(chunk) + P.HEADROOM)
-        if timed["type"] == P.ERROR:
-            return Clock(wall, ms), samples, str(timed.get("message", ""))
-        got = child.ask({"op": P.OP_SAMPLE, "positions": positions}, P.SAMPLES, deadline, sample_bound)
-        wall += time.perf_counter() - t0
-        if got["type"] == P.ERROR:
-            return Clock(wall, ms), samples, str(got.get("message", ""))
-        reported = timed.get("ms")
-        if not isinstance(reported, list) or len(reported) != len(chunk):
-            raise ProtocolViolation("timings for calls that were not asked")
-        ms += [float(x) for x in reported]
-        samples += list(got.get("values") or [])
-    return Clock(wall, ms), samples, ""
+def timed_call_count(calls: int, meta: list[Any], output_gb: float) -> int:
+    """Every timed call's outputs are copied out for the parent to read: big outputs get fewer calls."""
+    fit = int(output_gb * (1 << 30)) // max(meta_bytes(meta), 1)
+    return max(min(calls, MIN_TIMED_CALLS), min(calls, fit))
 
 
 class ReferenceCache:
@@ -105,7 +96,7 @@ class ReferenceCache:
         calls = cfg.timing_trials if slot.on_gpu else cfg.cpu_timing_calls
         baselines = baselines if slot.on_gpu else ()
         plan = (f"v{FORMAT}|{cfg.num_correct_trials}|{calls}|{cfg.sample_points}|{cfg.warmup_trials}"
-                f"|{cfg.full_compare_mb}|{cfg.compare_points}")
+                f"|{cfg.full_compare_mb}|{cfg.compare_points}|{cfg.timing_output_gb}")
         key = (sha(problem.code, plan), slot.tag)
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -116,6 +107,7 @@ class ReferenceCache:
                 try:
                     ref = Reference(**torch.load(disk, weights_only=True))
                     ref.clock = Clock(**ref.clock) if isinstance(ref.clock, dict) else ref.clock
+                    ref.decoy = tuple(ref.decoy) if ref.decoy else None  # type: ignore[assignment]
                 except Exception:  # noqa: BLE001 - a damaged cache entry is recomputed
                     ref = None
             missing = [b for b in baselines if b not in (ref.baseline_ms if ref else {})]
@@ -125,7 +117,7 @@ class ReferenceCache:
                     disk.parent.mkdir(parents=True, exist_ok=True)
                     data = dict(ref.__dict__)
                     data["clock"] = ref.clock.__dict__ if ref.clock else None
-                    tmp = disk.with_suffix(".tmp")
+                    tmp = disk.with_suffix(f".{threading.get_ident()}.tmp")
                     torch.save(data, tmp)
                     tmp.replace(disk)
             self._mem[key] = ref
@@ -135,74 +127,75 @@ class ReferenceCache:
         cfg = self.ctx.cfg
         salt = self.ctx.salt()
         trial_seeds = _seeds(salt, key, "trial", cfg.num_correct_trials + 1)
-        timing_seeds = _seeds(salt, key, "timing", calls)
-        job = {"problem_code": problem.code, "init_seed": trial_seeds[0], "device": slot.device,
+        init_seed, decoy_seed = _seeds(salt, key, "init", 1)[0], _seeds(salt, key, "decoy", 1)[0]
+        job = {"problem_code": problem.code, "init_seed": init_seed, "device": slot.device,
                "warm_triton": slot.on_gpu}
-        child = self.ctx.child(slot, "reference", job)
-        failed = Reference([], [], {}, [], 1, [], [])
+        child = self.ctx.child(slot, "reference", job, arena=Arena())
+        failed = Reference([], [], {}, [], [], [])
         try:
             deadline = time.monotonic() + cfg.compile_timeout_s
             child.ask(None, "sandbox", deadline)
-            ready = child.ask(None, P.READY, deadline, TRUSTED_BOUND)
-            if ready["type"] == P.ERROR:
-                failed.error = clean_error(str(ready.get("message", "")), child.scratch, self.ctx.secrets)
-                return failed
-            gpu = str(ready.get("gpu", "cpu"))
+            ready = drive.ask(child, None, P.READY, deadline, TRUSTED_BOUND)
             deadline = time.monotonic() + cfg.run_timeout_s
-            trials, outputs = [], []
-            meta: list[Any] = []
-            where: Any = P.ALL
+            # A first run tells the outputs' shapes, hence the arena's layout; nothing is read from it.
+            probe, _ = drive.trial(child, -1, trial_seeds[0], False, None, None, P.ALL, deadline)
+            meta, unit = list(probe["meta"]), bool(probe.get("unit"))
+            slots, size = layout(meta)
+            child.arena.grow(size)
             gen = torch.Generator().manual_seed(int(sha(salt, key, "positions")[:15], 16))
-            plan = [(s, False) for s in trial_seeds[:-1]] + [(trial_seeds[-1], True)]
+            where = compare_positions(meta, cfg.compare_points, gen) if meta_bytes(meta) > cfg.full_compare_mb * (1 << 20) else P.ALL
+            plan = [(s, False) for s in trial_seeds[:-1]] + ([(trial_seeds[-1], True)] if unit else [])
+            trials, outputs = [], []
             for i, (seed, signed) in enumerate(plan):
-                ans = child.ask({"op": P.OP_TRIAL, "id": i, "seed": seed, "signed": signed}, P.TRIAL, deadline,
-                                TRUSTED_BOUND)
-                if ans["type"] == P.ERROR and not signed:
-                    failed.error = clean_error(str(ans.get("message", "")), child.scratch, self.ctx.secrets)
-                    return failed
-                if i == 0:
-                    meta = list(ans["meta"])
-                    if meta_bytes(meta) > cfg.full_compare_mb * (1 << 20):
-                        where = compare_positions(meta, cfg.compare_points, gen)
-                    unit = bool(ans.get("unit"))
-                if signed and (not unit or ans["type"] == P.ERROR):
-                    break  # a signed trial only when the inputs lie in [0, 1): a copy passes ReLU on them
-                values = child.ask({"op": P.OP_SAMPLE, "positions": where}, P.SAMPLES, deadline, TRUSTED_BOUND)
-                got = list(values["values"][0]) if values["type"] == P.SAMPLES else []
+                try:
+                    _, got = drive.trial(child, i, seed, signed, meta, slots, where, deadline)
+                except drive.ChildError:
+                    if signed:  # a signed trial only when the problem takes signed inputs
+                        break
+                    raise
                 if signed and not _finite(got):  # log of a negative input says nothing
                     break
                 trials.append((seed, signed))
                 outputs.append(got)
-            state = ready.get("state") or {}
+            state, gpu = ready.get("state") or {}, str(ready.get("gpu", "cpu"))
             del ready
             positions = sample_positions(meta, cfg.sample_points, gen)
-            out_bytes = max(meta_bytes(meta), 1)
-            batch = max(1, min(calls, int(cfg.timing_memory_gb * (1 << 30)) // out_bytes))
-            ref = Reference(trials, outputs, state, timing_seeds, batch, positions, [], gpu=gpu, meta=meta,
-                            trial_positions=None if where == P.ALL else where)
+            n = timed_call_count(calls, meta, cfg.timing_output_gb)
+            ref = Reference(trials, outputs, state, _seeds(salt, key, "timing", n), positions, [], gpu=gpu,
+                            meta=meta, trial_positions=None if where == P.ALL else where, init_seed=init_seed)
             with slot.timing():
                 deadline = time.monotonic() + cfg.timing_timeout_s
-                child.ask({"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
-                ref.clock, ref.samples, err = timed_batches(child, timing_seeds, batch, positions, deadline,
-                                                            TRUSTED_BOUND)
-                if err:
-                    failed.error = "timing the reference failed: " + clean_error(err, child.scratch, self.ctx.secrets)
-                    return failed
+                drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
+                ref.clock, ref.samples = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
                 if slot.on_gpu:
                     ref.baseline_ms["eager"] = list(ref.clock.reported_ms)
-                    if "compile" in baselines:
-                        child.send({"op": P.OP_COMPILE})
-                        child.ask({"op": P.OP_WARMUP, "seeds": fresh_seeds(max(cfg.warmup_trials, 3))}, P.WARM,
-                                  deadline)
-                        compiled, _, err = timed_batches(child, timing_seeds, batch, positions, deadline, TRUSTED_BOUND)
-                        if not err:
-                            ref.baseline_ms["compile"] = list(compiled.reported_ms)
+                # The decoy trial (last of the eager model's, as for a candidate): signed when the signed trial
+                # was kept, so that a copy of the input differs from the answer. If the model cannot run it, no
+                # candidate gets one (an error ends the child: nothing else is asked of it).
+                decoy = (decoy_seed, trials[-1][1])
+                try:
+                    _, got = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, where,
+                                         time.monotonic() + cfg.run_timeout_s)
+                    ref.decoy, ref.decoy_output = decoy, list(got)
+                except drive.ChildError:
+                    child.send({"op": P.OP_BYE})
+                    return ref
+                if slot.on_gpu and "compile" in baselines:
+                    child.send({"op": P.OP_COMPILE})
+                    drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(max(cfg.warmup_trials, 3))}, P.WARM,
+                              deadline)
+                    compiled, _ = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
+                    ref.baseline_ms["compile"] = list(compiled.reported_ms)
             child.send({"op": P.OP_BYE})
             return ref
+        except drive.ChildError as exc:
+            failed.error = clean_error(str(exc.msg.get("message", "")), child.scratch, self.ctx.secrets)
         except TimeoutError:
             failed.error = "the reference timed out"
         except (EOFError, ProtocolViolation):
             failed.error = "the reference child died\n" + clean_error(child.stderr_tail(), child.scratch, self.ctx.secrets)
+        except Exception as exc:  # noqa: BLE001 - outputs the arena cannot hold (a dtype it does not know), ...
+            failed.error = f"the reference cannot be judged here: {str(exc)[:300]}"
         finally:
             child.close()
         return failed
@@ -213,3 +206,4 @@ def trial_order(ref: Reference, rng: random.Random) -> list[int]:
     order = list(range(len(ref.trials)))
     rng.shuffle(order)
     return order
+

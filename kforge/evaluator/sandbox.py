@@ -1,74 +1,35 @@
-"""Kernel-level confinement of a candidate child: namespaces, Landlock, seccomp, rlimits, a clean env.
+"""Who a child runs as and what it is given: namespaces, its unprivileged identity, rlimits, a clean
+environment and the folders it may read.
 
 Everything here is applied by the child to itself, right after the zygote forks it and before any
-candidate code runs. Each layer degrades on its own when the kernel refuses it; `probe()` reports
-what this machine allows and `explain()` turns that into lines for `kforge check --explain-sandbox`.
-
-Only ctypes and raw syscalls: no helper binary (bwrap, nsjail) is needed or assumed.
+candidate code runs (its view of the file system is in mounts.py, Landlock and seccomp in confine.py).
+Each layer degrades on its own when the kernel refuses it; layers.probe() reports what this machine
+allows. Only ctypes and raw syscalls: no helper binary (bwrap, nsjail) is needed or assumed.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import errno
+import glob
 import os
 import resource
 import signal
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
-# x86_64 / aarch64 share these numbers for Landlock (generic syscall table entries).
-_SYS_LANDLOCK_CREATE_RULESET = 444
-_SYS_LANDLOCK_ADD_RULE = 445
-_SYS_LANDLOCK_RESTRICT_SELF = 446
-
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
-PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
 
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
-
-# Landlock filesystem rights (ABI 1..5).
-_FS_EXECUTE = 1 << 0
-_FS_WRITE_FILE = 1 << 1
-_FS_READ_FILE = 1 << 2
-_FS_READ_DIR = 1 << 3
-_FS_REMOVE_DIR = 1 << 4
-_FS_REMOVE_FILE = 1 << 5
-_FS_MAKE_CHAR = 1 << 6
-_FS_MAKE_DIR = 1 << 7
-_FS_MAKE_REG = 1 << 8
-_FS_MAKE_SOCK = 1 << 9
-_FS_MAKE_FIFO = 1 << 10
-_FS_MAKE_BLOCK = 1 << 11
-_FS_MAKE_SYM = 1 << 12
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-_FS_IOCTL_DEV = 1 << 15  # ABI 5
-_NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2  # ABI 4
-_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1, 2  # ABI 6
-
-_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
+UNPRIVILEGED = 65534  # a root trainer's children run as "nobody" (this id when there is no such entry)
 
 # Environment variables a child keeps; everything else (tokens, keys, proxies) is dropped.
 ENV_KEEP = (
@@ -76,6 +37,12 @@ ENV_KEEP = (
     "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "NVCC", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
 )
+
+# What of /etc a child reads: the loader's cache, the passwd/group lookup (getpass), the time zone, the
+# compilers' alternatives links and the driver's settings. Not the rest (shadow files, host keys,
+# service credentials).
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "localtime", "passwd", "group",
+             "nsswitch.conf", "alternatives", "nvidia")
 
 
 def clean_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
@@ -94,35 +61,18 @@ def secret_values(env: dict[str, str] | None = None) -> list[str]:
     return [v for k, v in env.items() if any(m in k.upper() for m in marks) and len(v) >= 4]
 
 
-# ---------------------------------------------------------------------------------------------
-# Probing what this machine allows
-# ---------------------------------------------------------------------------------------------
-
-
-def landlock_abi() -> int:
-    """The Landlock ABI version (0 when the kernel lacks it or disabled it)."""
-    res = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    return max(int(res), 0)
-
-
-@lru_cache(maxsize=1)
-def _libseccomp() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+def child_ids() -> tuple[int, int]:
+    """The uid and gid a child runs as: the trainer's own, or an unprivileged pair when the trainer is root
+    (root-only files then stay closed to it, and host-global settings under /proc/sys stay unwritable)."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
     try:
-        lib = ctypes.CDLL(name, use_errno=True)
-    except OSError:
-        return None
-    lib.seccomp_init.restype = ctypes.c_void_p
-    lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
-    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    lib.seccomp_release.argtypes = [ctypes.c_void_p]
-    return lib
+        import pwd
 
-
-def seccomp_available() -> bool:
-    return _libseccomp() is not None
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except (ImportError, KeyError):
+        return UNPRIVILEGED, UNPRIVILEGED
 
 
 def cgroup2_root() -> Path | None:
@@ -156,13 +106,20 @@ def _write(path: str, text: str) -> None:
 
 
 def enter_namespaces(uid: int, gid: int) -> tuple[int, list[str]]:
-    """unshare user+net+pid+mount namespaces (whatever is allowed). Returns (flags in force, notes).
+    """Called in the outer child before it forks the inner one, which becomes PID 1 of the new PID
+    namespace (when it dies the kernel kills everything it left behind). Returns (flags in force, notes).
 
-    Called in the outer child before it forks the inner one; the inner becomes PID 1 of the new
-    PID namespace, so when it dies the kernel kills everything it left behind.
-    """
+    As root: only the PID namespace here; the inner process makes its mount, network and UTS namespaces
+    itself (enter_private_namespaces) and then drops to an unprivileged uid (drop_privileges), with no
+    user namespace at all. As a user: a user namespace mapping the user's own ids, with the others."""
     notes: list[str] = []
-    want = [CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS, CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS,
+    if os.geteuid() == 0:
+        err = _unshare(CLONE_NEWPID)
+        if err:
+            notes.append(f"unshare(NEWPID): {os.strerror(err)}")
+        return (0 if err else CLONE_NEWPID), notes
+    rest = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS
+    want = [CLONE_NEWUSER | rest, CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS, rest,
             CLONE_NEWUSER | CLONE_NEWNET, CLONE_NEWNET]
     for flags in want:
         err = _unshare(flags)
@@ -179,23 +136,29 @@ def enter_namespaces(uid: int, gid: int) -> tuple[int, list[str]]:
     return 0, notes
 
 
-def mount_private_proc() -> bool:
-    """In a fresh mount+PID namespace, mount a /proc that shows only this namespace's processes."""
-    mount = _libc.mount
-    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-    if mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    return mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+def enter_private_namespaces() -> int:
+    """As root, in the inner child (PID 1 of its PID namespace): mount, network and UTS namespaces."""
+    for flags in (CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS, CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET):
+        if _unshare(flags) == 0:
+            return flags
+    return 0
 
 
-def mount_private_shm() -> bool:
-    """A fresh tmpfs on /dev/shm (after mount_private_proc made mounts private): nothing a candidate
-    leaves there is seen by the next one, and it is freed with the namespace."""
-    mount = _libc.mount
-    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-    if not os.path.isdir("/dev/shm"):
-        return False
-    return mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1g,mode=1777") == 0
+def drop_privileges(uid: int, gid: int) -> bool:
+    """As root: become uid/gid for good (every capability goes with uid 0). The process stays dumpable,
+    so its own /proc files keep belonging to it (CUDA writes its threads' names there). True when the
+    process ends up without uid 0."""
+    if os.geteuid() != 0 or uid == 0:
+        return os.geteuid() != 0
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    set_dumpable(True)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return True
+    raise RuntimeError("kforge sandbox: the child could take uid 0 back")
 
 
 def set_pdeathsig() -> None:
@@ -208,128 +171,6 @@ def set_dumpable(flag: bool) -> None:
 
 def set_subreaper() -> None:
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Landlock
-# ---------------------------------------------------------------------------------------------
-
-
-def _handled_fs(abi: int, restrict_reads: bool) -> int:
-    rights = (_FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR | _FS_MAKE_DIR | _FS_MAKE_REG
-              | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK | _FS_MAKE_SYM)
-    if restrict_reads:
-        rights |= _FS_READ_FILE | _FS_READ_DIR
-    if abi >= 2:
-        rights |= _FS_REFER
-    if abi >= 3:
-        rights |= _FS_TRUNCATE
-    # IOCTL_DEV (ABI 5) is left unhandled: with it, CUDA init fails under the sandbox on an H100
-    # host (cudaGetDeviceCount error 304) even with every /dev/nvidia* node allowed.
-    return rights
-
-
-def apply_landlock(writable: list[str], readable: list[str] | None, net: bool = True,
-                   scope: bool = True) -> tuple[bool, str]:
-    """Restrict this process (and its descendants) to writing only under `writable`.
-
-    With `readable` given, reads are limited to those trees too (home folders with token files
-    stay out of reach). ABI >= 4 also denies TCP bind/connect; ABI >= 6 denies signals to
-    processes outside the sandbox (the trainer, the zygote).
-    """
-    abi = landlock_abi()
-    if abi <= 0:
-        return False, "Landlock unavailable"
-    handled = _handled_fs(abi, readable is not None)
-    attr = _RulesetAttr(handled, 0, 0)
-    size = 8
-    if abi >= 4 and net:
-        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
-        size = 16
-    if abi >= 6 and scope:
-        attr.scoped = _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX
-        size = 24
-    fd = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if fd < 0:
-        return False, f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
-    try:
-        rules: dict[str, int] = {}
-        for path in readable or []:
-            rules[path] = rules.get(path, 0) | _FS_READ_FILE | _FS_READ_DIR
-        for path in writable:
-            rules[path] = rules.get(path, 0) | handled | _FS_READ_FILE | _FS_READ_DIR
-        for path, access in rules.items():
-            try:
-                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if not os.path.isdir(path):
-                    access &= _FILE_RIGHTS
-                rule = _PathBeneathAttr(access & handled, pfd)
-                if rule.allowed_access and _libc.syscall(_SYS_LANDLOCK_ADD_RULE, fd, 1, ctypes.byref(rule), 0) != 0:
-                    return False, f"landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}"
-            finally:
-                os.close(pfd)
-        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False, "prctl(NO_NEW_PRIVS) failed"
-        if _libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, fd, 0) != 0:
-            return False, f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
-    finally:
-        os.close(fd)
-    return True, f"Landlock ABI {abi}"
-
-
-# ---------------------------------------------------------------------------------------------
-# seccomp
-# ---------------------------------------------------------------------------------------------
-
-
-class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
-
-
-_SCMP_ACT_ALLOW = 0x7FFF0000
-_SCMP_CMP_EQ = 4
-_AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
-
-
-def apply_seccomp() -> tuple[bool, str]:
-    """Deny internet sockets, ptrace, cross-process memory access and clearing the death signal."""
-    lib = _libseccomp()
-    if lib is None:
-        return False, "libseccomp not found"
-    eperm = 0x00050000 | errno.EPERM
-    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
-    if not ctx:
-        return False, "seccomp_init failed"
-    try:
-        def rule(name: str, *cmps: tuple[int, int]) -> None:
-            nr = lib.seccomp_syscall_resolve_name(name.encode())
-            if nr < 0:
-                return
-            arr = (_ArgCmp * max(len(cmps), 1))(*[_ArgCmp(a, _SCMP_CMP_EQ, v, 0) for a, v in cmps])
-            if lib.seccomp_rule_add_array(ctx, eperm, nr, len(cmps), arr if cmps else None) != 0:
-                raise OSError(f"seccomp rule for {name}")
-
-        for family in (_AF_INET, _AF_INET6, _AF_PACKET):
-            rule("socket", (0, family))
-        for name in ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "bpf",
-                     "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key"):
-            rule(name)
-        rule("prctl", (0, PR_SET_PDEATHSIG))
-        if lib.seccomp_load(ctx) != 0:
-            return False, "seccomp_load failed"
-    except OSError as exc:
-        return False, str(exc)
-    finally:
-        lib.seccomp_release(ctx)
-    return True, "seccomp: no AF_INET/AF_INET6/AF_PACKET sockets, no ptrace/process_vm_*"
-
-
-# ---------------------------------------------------------------------------------------------
-# rlimits
-# ---------------------------------------------------------------------------------------------
 
 
 def apply_rlimits(memory_bytes: int, fsize_bytes: int = 4 << 30, nproc: int = 4096) -> None:
@@ -354,10 +195,12 @@ def readable_roots(extra: list[str]) -> list[str]:
     """The trees a child may read when reads are restricted: system folders and the Python installation.
 
     Not `/`, not the kforge checkout (built-in solutions, runs), not kforge's caches (reference
-    outputs): the zygote imported everything of kforge a child runs before forking it."""
+    outputs): the zygote imported everything of kforge a child runs before forking it. Of /etc and /run
+    only what Python, the compilers and the NVIDIA driver need."""
     kforge_root = str(Path(__file__).resolve().parents[2])
-    roots = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev", "/proc", "/sys", "/run",
+    roots = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt", "/dev", "/proc", "/sys",
              sys.prefix, sys.base_prefix, sys.exec_prefix]
+    roots += [os.path.join("/etc", name) for name in ETC_FILES] + sorted(glob.glob("/run/nvidia*"))
     roots += [p for p in sys.path if p and os.path.isdir(p)]
     roots.append(os.path.dirname(os.path.realpath(sys.executable)))
     roots += extra

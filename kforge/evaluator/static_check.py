@@ -61,7 +61,15 @@ ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "functools", "typing", "
                              "collections", "itertools", "operator", "enum", "abc", "numbers", "numpy", "__future__",
                              "warnings"})
 _BANNED_SUBMODULES = ("torch.multiprocessing", "torch.hub", "torch.package", "torch.serialization",
-                      "torch.distributed", "torch.utils.data", "torch.testing", "torch.library", "torch.ops")
+                      "torch.distributed", "torch.utils.data", "torch.testing", "torch.library", "torch.ops",
+                      "torch.overrides", "numpy.lib", "numpy.ma")
+# Reached by any path (import, alias or attribute): re-registering or intercepting torch's own ops, and
+# the loaders that unpickle (run code the static check never saw) or write files for the candidate.
+_BANNED_PATHS = _BANNED_SUBMODULES + (
+    "torch.load", "torch.save", "torch.jit.load", "torch.jit.save", "numpy.load", "numpy.loads", "numpy.save",
+    "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.loadtxt", "numpy.genfromtxt",
+    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource")
+_BANNED_METHODS = frozenset({"tofile", "dump"})  # ndarray methods that pickle or write files
 # Modules that reach the interpreter's internals, files or processes, by whatever attribute path.
 _FORBIDDEN_MODULE_NAMES = frozenset({"sys", "os", "gc", "inspect", "ctypes", "importlib", "builtins", "subprocess",
                                      "socket", "pickle", "marshal", "shutil", "pathlib", "threading", "_thread",
@@ -143,11 +151,16 @@ def reference_ops(problem_code: str) -> set[str]:
     return ops
 
 
+def _banned_path(full: str) -> bool:
+    return any(full == b or full.startswith(b + ".") for b in _BANNED_PATHS)
+
+
 class _CandidateVisitor(ast.NodeVisitor):
     def __init__(self, ref_ops: set[str], aliases: dict[str, str]) -> None:
         self.ref_ops = ref_ops
         self.aliases = aliases  # local name -> module or object path, from the import statements
         self.report = StaticReport()
+        self.banned_lines: set[int] = set()
         self.in_kernel = 0
         self.class_stack: list[str] = []
         self.func_stack: list[str] = []
@@ -210,14 +223,29 @@ class _CandidateVisitor(ast.NodeVisitor):
                 self._ban(f"`{name}` of `{node.args[1].value}`", node)
         if leaf == "Model" and name in ("Model",) or name.endswith(".Model"):
             self.report.flags.append("calls_reference_model")
+        if name == "type" and len(node.args) == 3:
+            self._ban("`type()` with three arguments (a class made at run time)", node)
         if not self.in_kernel and not self._in_init():
             if name.startswith("self.") and name.count(".") == 1 and name[5:] in self.layer_ctor:
                 layer = self.layer_ctor[name[5:]]
                 if layer in self.ref_ops and layer not in GLUE_OPS:
                     self.report.flags.append(f"pytorch_op:{layer}")
-            elif "." in name and leaf in self.ref_ops and leaf not in GLUE_OPS and not name.startswith("self."):
-                self.report.flags.append(f"pytorch_op:{leaf}")
+            else:
+                self._flag_op(name)
         self.generic_visit(node)
+
+    def _flag_op(self, name: str) -> None:
+        """`pytorch_op:<op>` when `name` (a call or a reference) is the problem's PyTorch op: a torch
+        function reached through the imports under whatever local name (`F.softmax`, `from torch import
+        relu as r`), or a method of a tensor (`x.relu`). `math.sqrt` in a launch argument is not."""
+        if not name or name.startswith("self.") or "()" in name:
+            return
+        resolved = _resolve(name, self.aliases)
+        leaf = (resolved or name).rsplit(".", 1)[-1]
+        if leaf not in self.ref_ops or leaf in GLUE_OPS:
+            return
+        if resolved.startswith("torch") or (not resolved and "." in name):
+            self.report.flags.append(f"pytorch_op:{leaf}")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult) and not self.in_kernel and "matmul" in self.ref_ops:
@@ -247,7 +275,8 @@ class _CandidateVisitor(ast.NodeVisitor):
         if node.level or not self._import_ok(module):
             self._ban(f"import from `{'.' * node.level}{module}`", node)
         for a in node.names:
-            if a.name == "*" or a.name.startswith("_") or a.name in _FORBIDDEN_MODULE_NAMES:
+            if a.name == "*" or a.name.startswith("_") or a.name in _FORBIDDEN_MODULE_NAMES \
+                    or _banned_path(f"{module}.{a.name}"):
                 self._ban(f"`from {module} import {a.name}`", node)
         self.generic_visit(node)
 
@@ -271,7 +300,13 @@ class _CandidateVisitor(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in _BANNED_NAMES or node.id in _FORBIDDEN_MODULE_NAMES and node.id not in self.aliases:
             self._ban(f"`{node.id}`", node)
+        if isinstance(node.ctx, ast.Load) and not self.in_kernel and not self._in_init() and node.id in self.aliases:
+            self._flag_op(node.id)
         self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and node.value in _HOOK_METHODS:
+            self._ban(f"the name `{node.value}` as text (a hook set up at run time)", node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
@@ -285,6 +320,14 @@ class _CandidateVisitor(ast.NodeVisitor):
             self._ban(f"the private attribute `{base}.{attr}`", node)
         if isinstance(node.ctx, (ast.Store, ast.Del)) and on_module:
             self._ban(f"assigning to `{base}.{attr}` (patching a library)", node)
+        full = _resolve(f"{base}.{attr}", self.aliases) if base else ""
+        if full and _banned_path(full) and node.lineno not in self.banned_lines:
+            self.banned_lines.add(node.lineno)
+            self._ban(f"`{full}`", node)
+        elif attr in _BANNED_METHODS:
+            self._ban(f"`.{attr}`", node)
+        if isinstance(node.ctx, ast.Load) and not self.in_kernel and not self._in_init():
+            self._flag_op(f"{base}.{attr}" if base else attr)
         self.generic_visit(node)
 
 

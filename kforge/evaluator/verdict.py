@@ -45,7 +45,10 @@ class Verdict:
     max_rel_error: float | None = None
     timings: Timings | None = None
     baseline: Timings | None = None
-    speedup: float | None = None  # baseline median / candidate median; None when not timed
+    speedup: float | None = None  # baseline mean / kernel_ms; None when not timed
+    # The per-call time the speedup is computed from: the mean reported time, raised to what the
+    # parent's own clock allows when the two disagree (judge.check_timing).
+    kernel_ms: float | None = None
     flags: list[str] = field(default_factory=list)  # reward-hacking findings; any flag voids the reward
     compile_s: float = 0.0
     run_s: float = 0.0

@@ -6,7 +6,8 @@ short-lived child per request. Each request arrives over a Unix socket with two 
 straight to the pool, not through the zygote.
 
 Child layout:  zygote -> outer (setsid, cgroup, unshare) -> inner (PID 1 of the new PID namespace:
-sandboxes itself, runs the job). The outer waits for the inner and reports how it ended.
+sandboxes itself, runs the job). The outer waits for the inner and reports how it ended. A third
+descriptor, when sent, is the child's output arena (arena.py): the inner passes it to the job.
 
 Run as `python -m kforge.evaluator.zygote FD` where FD is the inherited control socket.
 """
@@ -56,19 +57,42 @@ def _redirect_output(scratch: str) -> None:
         os.close(out)
 
 
-def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
-    from kforge.evaluator import harness, sandbox
+def _view(req: dict[str, Any], ns_flags: int, applied: dict[str, Any]) -> None:
+    """The child's file system (mounts.py): private /proc and /dev/shm, read-only /proc/sys and /sys, and
+    for an unprivileged child under a root trainer, the paths it needs bound back under folders it could
+    not search."""
+    from kforge.evaluator import mounts, sandbox
+
+    if not ns_flags & sandbox.CLONE_NEWNS or not mounts.make_private():
+        return  # mounts made now would reach the host's namespace
+    if req.get("private_proc", True) and ns_flags & sandbox.CLONE_NEWPID:
+        applied["private_proc"] = mounts.private_proc()
+    applied["private_shm"] = mounts.private_shm()
+    # Host-global settings (kernel.core_pattern runs a helper as host root; vm.drop_caches; the hostname
+    # without a UTS namespace) stay unwritable whatever Landlock leaves writable on a GPU.
+    applied["read_only"] = [p for p, bind in (("/proc/sys", True), ("/sys", False)) if mounts.read_only(p, bind)]
+    uid, gid = req["run_as"]
+    if os.geteuid() == 0 and uid != 0 and applied["private_shm"]:
+        need = sandbox.readable_roots(req.get("readable", [])) + [req["scratch"], *req.get("writable", [])]
+        try:
+            applied["exposed"] = mounts.expose(need, uid, gid)
+        except OSError as exc:  # the job then fails where it cannot reach a path, and says which
+            applied["exposed"] = f"failed: {exc}"
+
+
+def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: int) -> None:
+    from kforge.evaluator import confine, harness, sandbox
     from kforge.evaluator.wire import read_pickle_blocking, send_message
 
-    applied: dict[str, Any] = {"namespaces": ns_flags}
+    applied: dict[str, Any] = {}
     sandbox.set_pdeathsig()
-    if req.get("private_proc", True) and ns_flags & sandbox.CLONE_NEWPID and ns_flags & sandbox.CLONE_NEWNS:
-        applied["private_proc"] = sandbox.mount_private_proc()
-    if ns_flags & sandbox.CLONE_NEWNS:  # a /dev/shm of its own, gone with the namespace
-        applied["private_shm"] = sandbox.mount_private_shm()
-    if req["kind"] == "reference":
-        sandbox.set_dumpable(False)  # same-uid processes cannot read its memory through /proc
+    if os.geteuid() == 0:  # as root the PID namespace came first; the rest is made here, before the drop
+        ns_flags |= sandbox.enter_private_namespaces()
+    applied["namespaces"] = ns_flags
+    _view(req, ns_flags, applied)
     scratch = req["scratch"]
+    uid, gid = req["run_as"]
+    applied["uid"] = uid if sandbox.drop_privileges(uid, gid) else os.geteuid()
     os.environ.clear()
     os.environ.update(req["env"])
     os.environ["HOME"] = scratch
@@ -80,16 +104,16 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
     writable = [scratch, *req.get("writable", [])] + (["/dev/shm"] if applied.get("private_shm") else [])
     if req.get("landlock", True):
         readable = sandbox.readable_roots(req.get("readable", [])) if req.get("restrict_reads", True) else None
-        applied["landlock"] = sandbox.apply_landlock(writable, readable,
-                                                     net=req.get("landlock_net", True),
+        applied["landlock"] = confine.apply_landlock(writable, readable, net=req.get("landlock_net", True),
                                                      scope=req.get("landlock_scope", True))
     if req.get("seccomp", True):
-        applied["seccomp"] = sandbox.apply_seccomp()
+        applied["seccomp"] = confine.apply_seccomp()
     sandbox.apply_rlimits(int(req["memory_bytes"]))
     faulthandler.enable(file=sys.stderr)
     try:
         job = read_pickle_blocking(rfd)
         job["scratch"] = scratch
+        job["arena_fd"] = afd
         send_message(wfd, {"type": "sandbox", "applied": applied})
         harness.JOBS[req["kind"]](job, wfd, rfd)
     except BaseException as exc:  # noqa: BLE001 - last resort: tell the parent, then die quietly
@@ -105,7 +129,7 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, ns_flags: int) -> None:
     os._exit(0)
 
 
-def _outer(req: dict[str, Any], rfd: int, wfd: int) -> None:
+def _outer(req: dict[str, Any], rfd: int, wfd: int, afd: int | None) -> None:
     from kforge.evaluator import sandbox
     from kforge.evaluator.wire import send_message
 
@@ -116,7 +140,7 @@ def _outer(req: dict[str, Any], rfd: int, wfd: int) -> None:
                 fh.write(str(os.getpid()))
         except OSError:
             pass
-    _close_fds({rfd, wfd})
+    _close_fds({rfd, wfd} | ({afd} if afd is not None else set()))
     _redirect_output(req["scratch"])
     ns_flags = 0
     if req.get("namespaces", True):
@@ -124,10 +148,12 @@ def _outer(req: dict[str, Any], rfd: int, wfd: int) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            _inner(req, rfd, wfd, ns_flags)
+            _inner(req, rfd, wfd, afd, ns_flags)
         finally:
             os._exit(0)
     os.close(rfd)
+    if afd is not None:
+        os.close(afd)
     _, status = os.waitpid(pid, 0)
     info = {"type": "exit", "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
@@ -153,17 +179,18 @@ def serve(ctrl: socket.socket) -> None:
         if not msg:
             return  # the pool went away
         req = pickle.loads(msg[_LEN.size:])
-        rfd, wfd = fds
+        rfd, wfd = fds[0], fds[1]
+        afd = fds[2] if len(fds) > 2 else None  # the output arena (arena.py), when the child has one
         pid = os.fork()
         if pid == 0:
             ctrl.close()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             try:
-                _outer(req, rfd, wfd)
+                _outer(req, rfd, wfd, afd)
             finally:
                 os._exit(1)
-        os.close(rfd)
-        os.close(wfd)
+        for fd in fds:
+            os.close(fd)
         ctrl.sendall(_LEN.pack(pid))
 
 
@@ -180,8 +207,13 @@ def _preload() -> None:
         pass
     # Children cannot read kforge's own folder (it holds the built-in solutions): everything they run
     # of kforge is imported here, before the fork.
+    import kforge.evaluator.arena_writer  # noqa: F401
+    import kforge.evaluator.confine  # noqa: F401
+    import kforge.evaluator.coverage  # noqa: F401
     import kforge.evaluator.guard  # noqa: F401
     import kforge.evaluator.harness  # noqa: F401
+    import kforge.evaluator.loop  # noqa: F401
+    import kforge.evaluator.mounts  # noqa: F401
     import kforge.evaluator.protocol  # noqa: F401
     import kforge.evaluator.sandbox  # noqa: F401
     import kforge.evaluator.wire  # noqa: F401

@@ -52,7 +52,31 @@ def get_init_inputs():
     return [32]
 '''
 
-PROBLEMS = {"relu": (1, 9001, "9001_Tiny_ReLU", RELU), "scale": (1, 9002, "9002_Tiny_Scale", SCALE)}
+# KernelBench's MinGPT GELU (level 1, 88) at a small size: its reference calls math.sqrt and torch.tanh.
+TANH_GELU = '''import math
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def get_inputs():
+    return [torch.randn(24, 40)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+PROBLEMS = {"relu": (1, 9001, "9001_Tiny_ReLU", RELU), "scale": (1, 9002, "9002_Tiny_Scale", SCALE),
+            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU)}
 
 
 @dataclass(frozen=True)
@@ -78,6 +102,10 @@ class Case:
 CASES = [
     Case("relu_correct.py", "relu", "correct", correct=True),
     Case("scale_correct.py", "scale", "correct", correct=True, notes="reference weights copied into ModelNew"),
+    Case("ordinary_gelu.py", "tanh_gelu", "correct", correct=True,
+         notes="two kernels, a jit helper, views, math.sqrt(2 / pi) in the launch arguments"),
+    Case("ordinary_autotune.py", "tanh_gelu", "correct", correct=True, gpu_only=True,
+         notes="@triton.autotune (the CPU interpreter cannot autotune)"),
     Case("no_modelnew.py", "relu", "static_check_failed"),
     Case("pure_pytorch.py", "relu", "static_check_failed"),
     Case("syntax_error.py", "relu", "compile_error"),
@@ -85,7 +113,8 @@ CASES = [
     Case("kernel_not_launched.py", "relu", "correct", ("no_kernel_launched",)),
     Case("try_except_fallback.py", "relu", "correct", ("try_except_fallback", "pytorch_op:relu", "no_kernel_launched")),
     Case("calls_torch_op.py", "relu", "correct", ("pytorch_op:relu",)),
-    Case("subclass_reference.py", "relu", "runtime_error", mode="bare", notes="the Model class never reaches the child"),
+    Case("subclass_reference.py", "relu", "compile_error", mode="bare",
+         notes="the Model class never reaches the child; it fails at import, before READY"),
     Case("calls_reference.py", "relu", "runtime_error", mode="bare", notes="the Model class never reaches the child"),
     Case("returns_zeros.py", "relu", "incorrect"),
     Case("copy_kernel.py", "relu", "incorrect", ("returns_input",), notes="caught by the signed-input trial"),
@@ -102,7 +131,7 @@ CASES = [
     Case("nan_output.py", "relu", "incorrect"),
     Case("read_other_memory.py", "relu", "correct", correct=True, mode="bare", notes="finds nothing to read: private /proc, no ptrace"),
     Case("env_secret.py", "relu", "runtime_error", mode="bare", notes="raises 'no secret visible' when the env is clean"),
-    Case("write_outside.py", "relu", "runtime_error", mode="bare"),
+    Case("write_outside.py", "relu", "compile_error", mode="bare", notes="Landlock refuses the write at import"),
     Case("network.py", "relu", "runtime_error", mode="bare"),
     Case("segfault.py", "relu", "crashed", mode="bare"),
     Case("hang.py", "relu", "timeout"),
@@ -119,7 +148,7 @@ CASES = [
 
 # Attacks on the harness itself (tests/candidates/attacks/), written against kforge's own source.
 # `expect` maps a pool mode to the verdict: "status", "status+flag+flag", or "rejected" (anything but
-# correct-without-flags). Modes: "all" (every layer), "no_static" (static checks off, audit hook on),
+# correct-without-flags); "a|b" accepts either (where the outcome depends on the machine: root or not). Modes: "all" (every layer), "no_static" (static checks off, audit hook on),
 # "bare" (both in-process layers off: only the parent's checks and the kernel-level sandbox remain).
 MODES = {"all": {}, "no_static": {"static_checks": False}, "bare": {"static_checks": False, "audit_hook": False},
          # Every output counts as "too large to move": compared at sampled positions plus both ends.
@@ -132,13 +161,17 @@ class Attack:
     expect: dict[str, str]
     notes: str = ""
     problem: str = "relu"
+    item: int = 0  # the root cause of issue 22 it attacks (1: who answers the parent's samples, 2: laundering
+    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category)
 
     def code(self) -> str:
         return (HERE / "attacks" / self.file).read_text()
 
 
 def matches(want: str, verdict) -> bool:
-    """Whether a Verdict is what an Attack.expect entry asks for."""
+    """Whether a Verdict is what an Attack.expect entry asks for ("a|b": either)."""
+    if "|" in want:
+        return any(matches(w, verdict) for w in want.split("|"))
     if want == "rejected":
         return not verdict.correct
     status, *flags = want.split("+")
@@ -148,9 +181,9 @@ def matches(want: str, verdict) -> bool:
 
 ATTACKS = [
     Attack("forged_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
-           "the parent's clock around each timed batch disagrees with the forged report"),
+           "the parent's clock around each timed call disagrees with the forged report", item=3),
     Attack("skip_timed_calls.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
-           "recomputing outputs only when samples are asked still runs on the parent's clock"),
+           "computing outputs only when they are copied out still runs on the parent's clock", item=3),
     Attack("chosen_trials.py", {"all": "static_check_failed", "bare": "rejected"},
            "the parent picks the order: an answer to a trial not asked ends the child (crashed, protocol_violation); "
            "when the signed trial comes first, the copy is simply incorrect"),
@@ -160,9 +193,9 @@ ATTACKS = [
            "a frame bigger than the expected outputs is refused before it is read"),
     Attack("slow_trials.py", {"all": "static_check_failed", "bare": "timeout"},
            "one budget for the whole trials stage"),
-    Attack("reexec_reference.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
-           "audit hook refuses open/exec; without it the child has no Model to run"),
-    Attack("read_cache.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+    Attack("reexec_reference.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
+           "audit hook refuses open/exec; without it the child has no Model to run (at import: compile_error)"),
+    Attack("read_cache.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "Landlock: kforge's cache and checkout are not readable"),
     Attack("stderr_symlink.py", {"all": "static_check_failed", "bare": "crashed"},
            "the parent opens stderr.txt with O_NOFOLLOW: the link is not followed"),
@@ -171,22 +204,66 @@ ATTACKS = [
     Attack("fake_jit.py", {"all": "static_check_failed"}, "the decorator must resolve to triton.jit"),
     Attack("token_launch.py", {"all": "correct+kernel_not_on_trial_data"},
            "the kernel never touched the trial's inputs or outputs"),
-    Attack("forged_launch.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "correct"},
-           "with both in-process layers off, launch evidence can be forged: evidence, not a defence"),
+    Attack("forged_launch.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                "bare": "correct+kernel_not_needed"},
+           "with both in-process layers off, launch evidence can be forged: evidence, not a defence; the decoy "
+           "trial (its kernels skipped, outputs still right) catches PyTorch doing the work"),
     Attack("memo_probe.py", {"all": "correct"}, "every call (trials, warm-up, timed) gets inputs never seen before"),
     Attack("hang_when_timed.py", {"all": "correct+failed_when_timed"},
            "the timing stage has its own budget and the timing lock is released"),
     Attack("frame_walk.py", {"all": "static_check_failed", "no_static": "runtime_error"},
            "audit hook: frame inspection through inspect is the candidate's"),
     Attack("lazy_tensor.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
-           "a Tensor subclass computing only sampled elements: outputs must be plain tensors"),
-    Attack("pipe_forgery.py", {"all": "correct+sandbox_denied:open:fd", "bare": "crashed+protocol_violation"},
-           "numpy.savetxt to /proc/self/fd/N: the hook refuses fd paths; a forged frame is a protocol violation"),
+           "a Tensor subclass computing only sampled elements: outputs must be plain tensors", item=1),
+    Attack("pipe_forgery.py", {"all": "static_check_failed", "no_static": "correct+sandbox_denied:open:fd",
+                               "bare": "correct|crashed+protocol_violation"},
+           "numpy.savetxt to /proc/self/fd/N: banned in source; the hook refuses fd paths; with neither, the "
+           "unprivileged child cannot reopen the parent's pipe (it belongs to root), and a forged frame would be "
+           "a protocol violation"),
     Attack("patch_launcher.py", {"all": "static_check_failed",
                                  "no_static": "correct+patched:triton.runtime.jit.JITFunction.run",
                                  "bare": "correct+patched:triton.runtime.jit.JITFunction.run"},
            "CPython audits no plain class-attribute assignment: the static check stops it, the identity "
            "check after each trial reports it"),
+    # Issue 22, one root cause each (`item`). Under the old harness (the parent asked the child for values at
+    # its positions, timing by median, no decoy trial, children as root) each got `correct` with no flag
+    # in at least one of these modes.
+    Attack("lazy_mode.py", {"all": "static_check_failed", "no_static": "correct+timed_output_mismatch",
+                            "bare": "correct+timed_output_mismatch"},
+           "a TorchFunctionMode answered the samples from the inputs; the parent now reads the outputs itself", item=1),
+    Attack("library_index.py", {"all": "static_check_failed", "no_static": "correct+timed_output_mismatch",
+                                "bare": "correct+timed_output_mismatch"},
+           "torch.library re-registered the indexing op that answered the samples; now nothing in the child is asked",
+           item=1),
+    Attack("late_writer.py", {"all": "static_check_failed", "bare": "correct+timed_output_mismatch"},
+           "a thread writes the outputs after the answer: every thread is frozen before the parent reads", item=1),
+    Attack("launder_numpy.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                "bare": "correct+kernel_not_needed"},
+           "numpy.load unpickles exec: no unpickling with a candidate frame on the stack; without the hook the "
+           "forged launch evidence is met by the decoy trial", item=2),
+    Attack("launder_torch_load.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                     "bare": "correct+kernel_not_needed"},
+           "torch.load of an in-memory pickle: same", item=2),
+    Attack("dataclass_launder.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                    "bare": "correct+kernel_not_needed"},
+           "a dataclass default factory calls gc.get_objects from a `<string>` frame: such frames are the candidate's",
+           item=2),
+    Attack("skewed_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
+           "a report whose mean agrees and median does not: both are compared, the mean is the figure", item=3),
+    Attack("nonpositive_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
+           "negative reported times are no report", item=3),
+    Attack("alias_op.py", {"all": "correct+pytorch_op:relu", "no_static": "correct+kernel_not_needed",
+                           "bare": "correct+kernel_not_needed"},
+           "the op under an imported alias is resolved; the decoy trial (kernels skipped) is still right", item=4),
+    Attack("work_elsewhere.py", {"all": "correct+kernel_not_needed", "bare": "correct+kernel_not_needed"},
+           "a kernel on the trial's tensors while PyTorch (another op) writes the answer: the decoy trial", item=4),
+    Attack("aten_op.py", {"all": "static_check_failed", "bare": "correct"},
+           "torch.ops.aten is banned in source; without the static check nothing on the CPU catches it: the "
+           "kernel's copy is needed, PyTorch's relu of it is not seen (coverage measures it on a GPU)", item=4),
+    Attack("root_files.py", {"bare": "runtime_error"},
+           "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
+    Attack("import_reraise.py", {"all": "compile_error", "bare": "compile_error"},
+           "an error before READY is a compile error, whatever the child calls it", item=6),
 ]
 
 # GPU-time coverage (torch.profiler in the child; None on a CPU): the candidate's own kernels' share.
@@ -211,4 +288,10 @@ def get_init_inputs():
     return [1024]
 '''
 PROBLEMS["matmul_relu"] = (2, 9003, "9003_Matmul_ReLU", MATMUL_RELU)
-COVERAGE = ["honest.py", "lazy.py", "decoy.py"]
+# (file, problem, backend, coverage range it must land in, flag it must carry or "").
+COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
+            ("lazy.py", "matmul_relu", "triton", (0.0, 0.5), ""),
+            ("decoy.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
+            ("prefix_name.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
+            ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
+            ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]

@@ -1,0 +1,58 @@
+"""GPU-time coverage (child side): the share of a profiled call's GPU kernel time spent in the
+candidate's own kernels, matched by exact name.
+
+A profiler reports kernels by demangled name: a Triton kernel by its function's name, a CUDA kernel of a
+load_inline extension as `name(args)` (or `ns::name(args)`), PyTorch's own as
+`void at::native::vectorized_elementwise_kernel<4, ...>(...)`. The qualified name (return type, template
+arguments and parameters stripped) must equal one of the candidate's kernel names, or that name inside
+a namespace its own source opened: a kernel called `v` or `vectorized_elementwise_kernel` claims nothing
+of PyTorch's.
+
+Evidence from the candidate's process: it scales speed reward, never grants it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_GLOBAL = re.compile(r"__global__\s+[^;{(]*?(\w+)\s*\(")
+_NAMESPACE = re.compile(r"\bnamespace\s+(\w+)\s*\{")
+_RESERVED = frozenset({"at", "c10", "cub", "thrust", "cutlass", "std", "native", "torch", "cuda", "cudnn",
+                       "cublas", "triton", "detail", "internal"})
+
+
+def cuda_kernel_names(source: str) -> tuple[set[str], set[str]]:
+    """(`__global__` function names, namespaces the source opens) of a CUDA source text."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    text = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", text)
+    return set(_GLOBAL.findall(text)), set(_NAMESPACE.findall(text)) - _RESERVED
+
+
+def qualified_name(profiled: str) -> str:
+    """`void ns::k<4, float>(float const*, int)` -> `ns::k`; `relu_kernel` -> `relu_kernel`."""
+    name = profiled.strip()
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # the first '(' or '<' outside any bracket ends the name
+        if ch in "<(" and depth == 0:
+            cut = i
+            break
+    name = name[:cut].strip()
+    return name.rsplit(" ", 1)[-1]  # drop a return type
+
+
+def is_own(profiled: str, names: set[str], namespaces: set[str] = frozenset()) -> bool:
+    q = qualified_name(profiled)
+    if q in names:
+        return True
+    head, _, leaf = q.rpartition("::")
+    return bool(head) and leaf in names and all(p in namespaces or p == "(anonymous namespace)"
+                                                for p in head.split("::"))
+
+
+def kernel_coverage(kernel_us: dict[str, float], names: set[str], namespaces: set[str] = frozenset()) -> float:
+    """Share of GPU kernel time spent in the candidate's own kernels; no GPU time at all is 0.0 (a
+    profiled call that launched nothing did none of the work)."""
+    total = sum(kernel_us.values())
+    if total <= 0:
+        return 0.0
+    return sum(us for name, us in kernel_us.items() if is_own(name, names, namespaces)) / total

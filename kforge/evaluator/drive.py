@@ -1,0 +1,68 @@
+"""The parent's requests that produce outputs, shared by the reference and the candidate: ask for a trial
+or a timed call, then read the outputs from the child's arena while the child is frozen.
+
+The same loop runs for the trusted reference and for every candidate, so the reference's clock measures
+exactly the overhead a candidate's calls carry (inputs, flush, copy out, pipes, freezing and reading).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kforge.evaluator import protocol as P
+from kforge.evaluator.children import Child, ProtocolViolation
+from kforge.evaluator.judge import Clock
+
+
+class ChildError(Exception):
+    """The child answered with an error report (kept: the stage decides what it means)."""
+
+    def __init__(self, msg: dict[str, Any]) -> None:
+        super().__init__(str(msg.get("message", ""))[:200])
+        self.msg = msg
+
+
+def ask(child: Child, request: dict[str, Any] | None, expect: str, deadline: float, bound: int = P.HEADROOM) -> dict[str, Any]:
+    msg = child.ask(request, expect, deadline, max(bound, P.HEADROOM))
+    if msg["type"] == P.ERROR:
+        raise ChildError(msg)
+    return msg
+
+
+def trial(child: Child, k: int, seed: int, signed: bool, meta: list[Any] | None, slots: list[Any] | None,
+          where: Any, deadline: float, ablate: bool = False,
+          check: Any = None) -> tuple[dict[str, Any], list[Any] | str]:
+    """One trial: the answer, and the outputs the parent read (or, as text, why it read none: `check`
+    compares the answer's meta with the expected one first; no slots means nothing is read)."""
+    req = {"op": P.OP_TRIAL, "id": k, "seed": seed, "signed": signed, "ablate": ablate,
+           "slots": slots, "size": child.arena.size if child.arena is not None else 0}
+    ans = ask(child, req, P.TRIAL, deadline)
+    if slots is None or meta is None:
+        return ans, "not read"
+    why = check(ans.get("meta"), meta) if check is not None else ""
+    if why:
+        return ans, why
+    plain = ans.get("plain") if isinstance(ans.get("plain"), list) else []
+    return ans, child.read(meta, slots, where, plain)
+
+
+def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any], positions: list[Any],
+                deadline: float) -> tuple[Clock, list[list[Any]]]:
+    """One `time` request per call on the parent's seeds; the parent's clock runs from each request to the
+    end of reading that call's outputs, so work the child moves out of its own window, skips and redoes
+    when copying out, or defers, is counted. Returns the clock and the values at `positions` per call."""
+    clock = Clock([], [])
+    samples: list[list[Any]] = []
+    size = child.arena.size if child.arena is not None else 0
+    for seed in seeds:
+        t0 = time.perf_counter()
+        timed = ask(child, {"op": P.OP_TIME, "seed": seed, "slots": slots, "size": size}, P.TIMED, deadline)
+        plain = timed.get("plain") if isinstance(timed.get("plain"), list) else []
+        samples.append(child.read(meta, slots, positions, plain))
+        clock.wall_ms.append((time.perf_counter() - t0) * 1e3)
+        reported = timed.get("ms")
+        if isinstance(reported, bool) or not isinstance(reported, (int, float)):
+            raise ProtocolViolation("a timed call without its time")
+        clock.reported_ms.append(float(reported))
+    return clock, samples

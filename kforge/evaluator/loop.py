@@ -1,0 +1,219 @@
+"""The request loop of a child (see protocol.py), shared by the reference and the candidate.
+
+The child decides nothing. It builds the inputs the parent names (a seed), runs the model, copies the
+outputs whole into the arena slots the parent names and answers; the parent reads the values itself.
+Everything this process reports about itself (launches, timings, patched functions, refused audit
+events) is evidence the parent may use to add flags, never to remove one: the candidate's code runs
+here and can rewrite any of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+import types
+from typing import Any, Callable
+
+import torch
+
+from kforge.evaluator import guard as guard_mod
+from kforge.evaluator import protocol as P
+from kforge.evaluator.arena_writer import ArenaWriter
+from kforge.evaluator.coverage import kernel_coverage
+from kforge.evaluator.wire import read_pickle_blocking, send_message
+
+# Bound before any candidate code runs: the loop times and syncs through these.
+_perf = time.perf_counter
+_no_grad = torch.no_grad
+
+
+@contextlib.contextmanager
+def _signed_rand() -> Any:
+    """Inside get_inputs(): torch.rand -> torch.randn, so [0,1) inputs become signed."""
+    saved = torch.rand, torch.rand_like
+    torch.rand, torch.rand_like = torch.randn, torch.randn_like  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.rand, torch.rand_like = saved  # type: ignore[assignment]
+
+
+def _device_context(device: str) -> Any:
+    """`with torch.device(device)`, entered once with torch's own factories in place first.
+
+    torch's device context decides which calls to redirect from a set of factory functions that it
+    builds and caches on its first use in a process. Were that first use inside `_signed_rand`, the set
+    would hold `torch.randn` where `torch.rand` belongs, and every later `torch.rand` in this process
+    would build its tensor on the CPU with the CPU generator: other values than the reference's."""
+    if device == "cpu":
+        return contextlib.nullcontext()
+    with torch.device(device):
+        torch.empty(0)  # any call under the context builds (and caches) its set of factories
+    return torch.device(device)
+
+
+def make_inputs(problem: types.ModuleType, seed: int, signed: bool, device: str) -> list[Any]:
+    """Seeded inputs built directly on `device` (building big inputs on the CPU dominated KernelBench)."""
+    with _device_context(device), (_signed_rand() if signed else contextlib.nullcontext()):
+        torch.manual_seed(seed)
+        inputs = list(problem.get_inputs())
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _flatten(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _ranges(values: list[Any]) -> list[tuple[int, int]]:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.numel():
+            st = v.untyped_storage()
+            out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    return out
+
+
+def _meta(out: list[Any]) -> list[Any]:
+    return [[list(o.shape), str(o.dtype)] if isinstance(o, torch.Tensor) else None for o in out]
+
+
+def _plain(out: list[Any]) -> list[Any]:
+    """Non-tensor outputs travel in the answer (as plain JSON values; anything else as text)."""
+    return [None if isinstance(o, torch.Tensor) else o for o in out]
+
+
+def category(exc: BaseException) -> str:
+    """What the child says went wrong; the parent only believes a claim against the candidate's interest."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "SyntaxError", "ImportError"}:
+        return "compile_error"
+    return "runtime_error"
+
+
+def send_error(wfd: int, stage: str, category_: str, exc: BaseException | None = None, text: str = "") -> None:
+    if exc is not None:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:])
+    send_message(wfd, {"type": P.ERROR, "stage": stage, "category": category_, "message": text[-6000:]})
+
+
+class RequestLoop:
+    """The request loop; the candidate's adds evidence (`guard`) and identity checks (`changed`)."""
+
+    def __init__(self, model: Any, problem: types.ModuleType, device: str, wfd: int, rfd: int, arena_fd: int | None,
+                 guard: guard_mod.Guard | None = None, changed: Callable[[], list[str]] | None = None) -> None:
+        self.model, self.problem, self.device = model, problem, device
+        self.wfd, self.rfd = wfd, rfd
+        self.guard, self.changed = guard, changed
+        self.on_gpu = device.startswith("cuda")
+        self.sync: Callable[[], None] = torch.cuda.synchronize if self.on_gpu else (lambda: None)
+        self.arena = ArenaWriter(arena_fd, self.on_gpu)
+        self.flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=device) if self.on_gpu else None
+
+    def evidence(self) -> dict[str, Any]:
+        if self.guard is None:
+            return {}
+        return {"denied": sorted(set(self.guard.denied)), "patched": self.changed() if self.changed else []}
+
+    def call(self, inputs: list[Any]) -> list[Any]:
+        with _no_grad():
+            out = _flatten(self.model(*inputs))
+        # Only plain tensors hold their values once the call returns: a subclass could compute lazily,
+        # later, and only the elements someone reads.
+        for o in out:
+            if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
+                raise TypeError(f"outputs must be plain torch.Tensor objects, not {type(o).__name__}")
+        self.sync()
+        return out
+
+    def trial(self, req: dict[str, Any]) -> dict[str, Any]:
+        inputs = make_inputs(self.problem, int(req["seed"]), bool(req["signed"]), self.device)
+        start = len(self.guard.launches) if self.guard else 0
+        if self.guard is not None:
+            self.guard.held = []
+            self.guard.ablate = bool(req.get("ablate"))
+        try:
+            out = self.call(inputs)
+        finally:
+            if self.guard is not None:
+                self.guard.ablate = False
+        self.arena.put(out, req.get("slots"), req.get("size", 0))
+        msg: dict[str, Any] = {"type": P.TRIAL, "id": req["id"], "meta": _meta(out), "plain": _plain(out)}
+        if self.guard is not None:
+            in_ranges, out_ranges = _ranges(inputs), _ranges(out)
+            ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges)
+            ev["aliases_input"] = any(a < e and s < b for a, b in out_ranges for s, e in in_ranges)
+            ev["equals_input"] = any(isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and x.shape == o.shape
+                                     and x.dtype == o.dtype and bool(torch.equal(x, o)) for o in out for x in inputs)
+            msg["evidence"] = ev | self.evidence()
+            self.guard.held = None
+            del self.guard.launches[start:]  # evidence taken; timed calls must not grow the record
+        else:  # the trusted reference says whether its inputs lie in [0, 1) (then a signed trial is added)
+            floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()]
+            msg["unit"] = bool(floats) and all(float(x.min()) >= 0.0 and float(x.max()) < 1.0 for x in floats)
+        return msg
+
+    def warmup(self, req: dict[str, Any]) -> dict[str, Any]:
+        for seed in req["seeds"]:
+            self.call(make_inputs(self.problem, int(seed), False, self.device))
+        return {"type": P.WARM}
+
+    def timed(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One call on fresh inputs; the window holds the call and a whole-device sync. Its outputs go to
+        the arena after the window, before the answer."""
+        if self.guard is not None:
+            del self.guard.launches[:]
+        inputs = make_inputs(self.problem, int(req["seed"]), False, self.device)
+        if self.flush is not None:
+            self.flush.zero_()
+        self.sync()
+        if self.on_gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = self.call(inputs)
+            end.record()
+            end.synchronize()
+            ms = float(start.elapsed_time(end))
+        else:
+            t0 = _perf()
+            out = self.call(inputs)
+            ms = (_perf() - t0) * 1e3
+        del inputs
+        self.arena.put(out, req.get("slots"), req.get("size", 0))
+        return {"type": P.TIMED, "ms": ms, "plain": _plain(out)}
+
+    def profile(self, req: dict[str, Any]) -> dict[str, Any]:
+        if not self.on_gpu or self.guard is None:
+            return {"type": P.PROFILE, "coverage": None}
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs = make_inputs(self.problem, int(req["seed"]), False, self.device)
+        start = len(self.guard.launches)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self.call(inputs)
+        names = {launch.name for launch in self.guard.launches[start:] if launch.candidate and launch.name}
+        kernel_us: dict[str, float] = {}
+        for ev in prof.key_averages():
+            us = float(getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0) or 0.0)
+            if us > 0 and ev.key:
+                kernel_us[ev.key] = kernel_us.get(ev.key, 0.0) + us
+        names |= self.guard.cuda_kernels
+        return {"type": P.PROFILE, "coverage": kernel_coverage(kernel_us, names, self.guard.cuda_namespaces)}
+
+    def serve(self) -> None:
+        handlers = {P.OP_TRIAL: self.trial, P.OP_WARMUP: self.warmup, P.OP_TIME: self.timed,
+                    P.OP_PROFILE: self.profile}
+        while True:
+            req = read_pickle_blocking(self.rfd)
+            op = req.get("op")
+            if op == P.OP_COMPILE:  # reference only: the torch.compile baseline
+                self.model = torch.compile(self.model)
+                continue
+            if op not in handlers:  # OP_BYE
+                return
+            try:
+                msg = handlers[op](req)
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                send_error(self.wfd, op, category(exc), exc)
+                return
+            send_message(self.wfd, msg)

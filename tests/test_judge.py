@@ -81,6 +81,21 @@ def test_the_figure_never_beats_the_parents_clock_by_more_than_the_ratio() -> No
     assert 5.0 / big.kernel_ms == pytest.approx(2.0, rel=1e-3)
 
 
+def test_a_delay_in_some_calls_does_not_make_an_honest_report_inconsistent() -> None:
+    """A freeze that lands late, or another process on the device, adds to some calls' wall time (seen on
+    an H100: an honest CUDA ReLU flagged). The parent's estimate is its least call, which still did the
+    whole work: delays never make it larger, and the figure stays the honest report."""
+    cfg = EvaluatorConfig()
+    ref = Clock(wall_ms=[3.0] * 9 + [30.0], reported_ms=[2.0] * 10)
+    honest = Clock(wall_ms=[1.6] * 8 + [25.0, 9.0], reported_ms=[0.6] * 10)
+    check = check_timing(honest, ref, cfg)
+    assert check.consistent and check.kernel_ms == pytest.approx(0.6)
+    assert parent_ms_per_call(honest, ref) == pytest.approx(0.6)
+    # Work moved out of the window is in every call, the least one too: still caught.
+    moved = Clock(wall_ms=[3.6] * 8 + [25.0, 9.0], reported_ms=[0.6] * 10)
+    assert not check_timing(moved, ref, cfg).consistent
+
+
 def test_cpu_allows_only_gross_disagreement() -> None:
     cfg = EvaluatorConfig()
     ref = Clock(wall_ms=[2.0] * 5, reported_ms=[1.0] * 5)  # 1 ms overhead per call
@@ -333,3 +348,29 @@ def test_who_may_make_code_with_a_candidate_frame_on_the_stack() -> None:
     assert not may("exec", (code,), "/venv/site-packages/numpy/lib/format.py")
     assert not may("compile", ("import os", "<timeit-src>"), "/py/lib/python3.11/timeit.py")
     assert not may("exec", (code,), "/venv/site-packages/torch/fx/graph_module.py")
+
+
+def test_tritons_generated_binder_is_not_the_candidate_but_other_run_time_code_is():
+    """On a GPU, Triton's first launch runs its argument binder (a `<string>` function Triton generates)
+    whose native specialisation opens files: that is Triton asking, not the candidate. Code made at run
+    time and called from anywhere else still counts as the candidate's."""
+    import os
+    import sys
+
+    import triton
+
+    from kforge.evaluator.guard import _stdlib_dirs, asker_is_candidate
+
+    triton_dir = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
+    made: dict = {}
+    exec("def dynamic_func():\n    return sys._getframe(0)\n", {"sys": sys}, made)  # filename <string>
+    launcher: dict = {}
+    exec(compile("def run(f):\n    return f()\n", triton_dir + "runtime/jit.py", "exec"), launcher)
+    stdlib, cand = _stdlib_dirs(), "/scratch/kforge_candidate.py"
+    assert not asker_is_candidate(launcher["run"](made["dynamic_func"]), cand, stdlib, triton_dir)
+    assert asker_is_candidate(made["dynamic_func"](), cand, stdlib, triton_dir)  # called from here instead
+    assert asker_is_candidate(made["dynamic_func"](), cand, stdlib, "")  # no Triton: no exception
+    # A generated function of another name (a dataclass's __init__ given to Triton as a hook) is not it.
+    other: dict = {}
+    exec("def __init__():\n    return sys._getframe(0)\n", {"sys": sys}, other)
+    assert asker_is_candidate(launcher["run"](other["__init__"]), cand, stdlib, triton_dir)

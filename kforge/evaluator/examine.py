@@ -142,6 +142,7 @@ class Examination:
         if ref.clock is None:
             return
         self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
+        self.v.details["reference_overhead_ms"] = ref.clock.overhead_ms  # what that estimate subtracted
         check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
         if not check.consistent:
             self.v.flags.append("timing_inconsistent")

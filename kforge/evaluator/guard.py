@@ -29,7 +29,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-# Audit events refused when the candidate's code is the one asking (see `_asker_is_candidate`).
+# Audit events refused when the candidate's code is the one asking (see `asker_is_candidate`).
 DENIED_EVENTS = frozenset({
     "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
     "gc.get_objects", "gc.get_referrers", "gc.get_referents",
@@ -101,6 +101,28 @@ def candidate_like(filename: str, cand: str) -> bool:
     return filename == cand or (filename.startswith("<") and not filename.startswith("<frozen"))
 
 
+def asker_is_candidate(frame: Any, cand: str, stdlib: tuple[str, ...], triton_dir: str) -> bool:
+    """Is the candidate the one asking? The first frame outside the standard library decides (so
+    `inspect.currentframe()` counts as the candidate's, while Triton's own compile does not).
+
+    Code made at run time counts as the candidate's, except Triton's generated argument binder (the
+    `<string>` function `dynamic_func`, made from the kernel's parameter names, called by Triton's
+    launcher in runtime/jit.py): its native specialisation opens files on a GPU's first launch, under
+    the candidate's launch. Nothing else that may make code at run time names a function so."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if candidate_like(name, cand):
+            caller = frame.f_back
+            binder = (triton_dir and name == "<string>" and frame.f_code.co_name == "dynamic_func"
+                      and caller is not None and caller.f_code.co_filename == triton_dir + "runtime/jit.py")
+            return not binder
+        library = name.startswith(stdlib) and "-packages/" not in name
+        if not (name.startswith("<frozen") or library):
+            return False
+        frame = frame.f_back
+    return False
+
+
 def may_make_code(event: str, args: tuple[Any, ...], caller: str, libraries: tuple[str, ...], triton_dir: str,
                   stdlib: tuple[str, ...]) -> bool:
     """With a frame of the candidate's on the stack: may `caller` (the frame that raised `event`) make code?
@@ -152,20 +174,7 @@ def install_audit_hook(guard: Guard) -> None:
     code_events = CODE_EVENTS
     like = candidate_like
     may = may_make_code
-
-    def asker_is_candidate() -> bool:
-        # Frame 0 is this function, 1 the hook; the first frame outside the standard library decides
-        # (so `inspect.currentframe()` counts as the candidate's, while Triton's own compile does not).
-        frame = getframe(2)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if like(name, cand):
-                return True
-            library = name.startswith(stdlib) and "-packages/" not in name
-            if not (name.startswith("<frozen") or library):
-                return False
-            frame = frame.f_back
-        return False
+    asker = asker_is_candidate
 
     def code_refused(event: str, args: tuple[Any, ...]) -> bool:
         frame = getframe(2)
@@ -197,7 +206,7 @@ def install_audit_hook(guard: Guard) -> None:
                         return
                 if event == "import" and args and str(args[0]).split(".")[0] in ("torch", "triton", "math", "numpy"):
                     return
-                if not asker_is_candidate():
+                if not asker(getframe(1), cand, stdlib, triton_dir):  # frame 0 is the hook
                     return
             denied.append(event)
         finally:

@@ -348,6 +348,15 @@ def test_who_may_make_code_with_a_candidate_frame_on_the_stack() -> None:
     assert not may("exec", (code,), "/venv/site-packages/numpy/lib/format.py")
     assert not may("compile", ("import os", "<timeit-src>"), "/py/lib/python3.11/timeit.py")
     assert not may("exec", (code,), "/venv/site-packages/torch/fx/graph_module.py")
+    # Triton compiling a kernel on a GPU makes a namedtuple per signature: the standard library raises the
+    # event, Triton asks. The same from a library that is not Triton is refused.
+    collections = "/py/lib/python3.11/collections/__init__.py"
+    namedtuple_new = ("lambda _cls, a: _tuple_new(_cls, (a,))", "<string>")
+    assert may_make_code("compile", namedtuple_new, collections, libs, triton_dir, stdlib,
+                         asker="/venv/site-packages/triton/compiler/code_generator.py")
+    assert not may_make_code("compile", namedtuple_new, collections, libs, triton_dir, stdlib,
+                             asker="/venv/site-packages/numpy/lib/format.py")
+    assert not may("compile", namedtuple_new, collections)
 
 
 def test_tritons_generated_binder_is_not_the_candidate_but_other_run_time_code_is():

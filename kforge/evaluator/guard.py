@@ -124,11 +124,14 @@ def asker_is_candidate(frame: Any, cand: str, stdlib: tuple[str, ...], triton_di
 
 
 def may_make_code(event: str, args: tuple[Any, ...], caller: str, libraries: tuple[str, ...], triton_dir: str,
-                  stdlib: tuple[str, ...]) -> bool:
+                  stdlib: tuple[str, ...], asker: str = "") -> bool:
     """With a frame of the candidate's on the stack: may `caller` (the frame that raised `event`) make code?
+    `asker` is the first frame outside the standard library, counting from the event.
 
     No kernel unpickles. Importing an installed module compiles or unmarshals its own file; Triton and
-    dataclasses compile text they generate from identifiers; ast.parse compiles to a tree only."""
+    dataclasses compile text they generate from identifiers; ast.parse compiles to a tree only. Triton's
+    compiler also makes code through the standard library (a namedtuple per kernel signature on a GPU),
+    so Triton as the asker counts even when a standard-library frame raised the event."""
     if event == "pickle.find_class":
         return False
     if caller.startswith("<frozen importlib"):
@@ -137,7 +140,7 @@ def may_make_code(event: str, args: tuple[Any, ...], caller: str, libraries: tup
         source = getattr(args[0], "co_filename", None) if event == "exec" and args else (
             args[1] if event == "compile" and len(args) > 1 else None)
         return isinstance(source, str) and source.startswith(libraries)
-    if triton_dir and caller.startswith(triton_dir) and event in ("exec", "compile"):
+    if triton_dir and (caller.startswith(triton_dir) or asker.startswith(triton_dir)) and event in ("exec", "compile"):
         return True
     return caller.startswith(stdlib) and caller.endswith(_CODE_MAKERS) and event in ("exec", "compile")
 
@@ -179,9 +182,13 @@ def install_audit_hook(guard: Guard) -> None:
     def code_refused(event: str, args: tuple[Any, ...]) -> bool:
         frame = getframe(2)
         caller = frame.f_code.co_filename if frame is not None else ""
+        asker = ""
         while frame is not None:
-            if like(frame.f_code.co_filename, cand):
-                return not may(event, args, caller, libraries, triton_dir, stdlib)
+            name = frame.f_code.co_filename
+            if like(name, cand):
+                return not may(event, args, caller, libraries, triton_dir, stdlib, asker)
+            if not asker and not (name.startswith(stdlib) and "-packages/" not in name):
+                asker = name
             frame = frame.f_back
         return False
 

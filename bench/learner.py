@@ -64,7 +64,7 @@ ARCHS: dict[str, dict[str, Any]] = {
 PEAK_TFLOPS = [("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0)]
 
 
-def learner_config(args: argparse.Namespace, response_tokens: int) -> Any:
+def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float = 1.0) -> Any:
     """kforge's config with the bench's settings; a plain namespace where pydantic is not installed
     (the GPU image lacks it), holding the same fields with the schema's defaults."""
     lora = dict(rank=args.lora_rank, alpha=2 * args.lora_rank, dropout=0.0,
@@ -76,7 +76,7 @@ def learner_config(args: argparse.Namespace, response_tokens: int) -> Any:
                    kl_coef=0.0, kl_discount=0.0, kl_estimator="k3")
     model = dict(name="random-init", gguf_file=None, dtype="bfloat16", load_in_4bit=False, chat_template=None,
                  trust_remote_code=False, max_model_len=32768, gradient_checkpointing=not args.no_grad_ckpt,
-                 checkpoint=None)
+                 recompute_share=recompute, checkpoint=None)
     try:
         from kforge.config.schema import KforgeConfig
 
@@ -157,17 +157,17 @@ def peak_tflops(args: argparse.Namespace) -> float | None:
     return None
 
 
-def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int) -> dict[str, Any]:
+def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recompute: float) -> dict[str, Any]:
     from kforge.learner.learner import Learner
 
     response = min(seq // 2, 4096)
     n = max(2, args.tokens_per_step // seq)
-    row: dict[str, Any] = dict(model=arch, quant=quant, seq=seq, samples=n)
+    row: dict[str, Any] = dict(model=arch, quant=quant, seq=seq, samples=n, recompute=recompute)
     cuda = args.device.startswith("cuda")
     learner = model = None
     try:
         model, body, head = build_model(arch, args.device, quant)
-        cfg = learner_config(args, response)
+        cfg = learner_config(args, response, recompute)
         learner = Learner(cfg, device=args.device, model=model)
         if cuda:  # the peak of training, not of building the bf16 model before quantising it
             torch.cuda.reset_peak_memory_stats()
@@ -213,14 +213,14 @@ def fmt(value: Any, spec: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = f"{'model':<6} {'quant':<5} {'seq':>5} {'n':>3} {'tokens':>7} {'step s':>7} {'tokens/s':>9} " \
+    header = f"{'model':<6} {'quant':<5} {'seq':>5} {'recomp':>6} {'n':>3} {'tokens':>7} {'step s':>7} {'tokens/s':>9} " \
              f"{'MFU %':>6} {'peak GiB':>8} {'LoRA M':>7}  status"
     print(header)
     print("-" * len(header))
     for r in rows:
         mfu = None if r.get("mfu") is None else 100 * r["mfu"]
         print(
-            f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
+            f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {r['recompute']:>6g} {r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
             f"{fmt(r.get('step_s'), '.2f'):>7} {fmt(r.get('tok_s'), ',.0f'):>9} {fmt(mfu, '.1f'):>6} "
             f"{fmt(r.get('peak_gib'), '.1f'):>8} {fmt(r.get('trainable_m'), '.1f'):>7}  {r['status']}",
             flush=True,
@@ -234,6 +234,8 @@ def main() -> int:
     parser.add_argument("--models", default="1.5b,7b", help="comma list of: " + ", ".join(a for a in ARCHS if a != "smoke"))
     parser.add_argument("--seq", default="4096,8192", help="comma list of sequence lengths (prompt + response)")
     parser.add_argument("--quant", default="bf16,4bit", help="comma list of bf16, 4bit (4bit needs bitsandbytes)")
+    parser.add_argument("--recompute", default="1", help="comma list of model.recompute_share values: the share "
+                        "of layers that recompute activations in backward (1 = all, 0 = none)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per case")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per case")
     parser.add_argument("--tokens-per-step", type=int, default=32768, help="tokens per train_step (n = this / seq)")
@@ -286,8 +288,9 @@ def main() -> int:
     for arch in models:
         for quant in quants:
             for seq in seqs:
-                row = run_case(args, arch, quant, seq)
-                rows.append(row)
+                for share in (float(x) for x in args.recompute.split(",")):
+                    row = run_case(args, arch, quant, seq, share)
+                    rows.append(row)
                 if args.verbose:
                     print(row, flush=True)
     print_table(rows)

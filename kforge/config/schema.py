@@ -28,6 +28,8 @@ class ModelConfig(Section):
     trust_remote_code: bool = False
     max_model_len: int = Field(16384, gt=0, description="prompt + response token limit")
     gradient_checkpointing: bool = True
+    recompute_share: float = Field(1.0, ge=0.0, le=1.0, description="share of decoder layers that recompute "
+                                   "activations in backward when gradient_checkpointing is on (lower: faster, more memory)")
     checkpoint: str | None = Field(None, description="adapter folder or run checkpoint to start from")
 
 

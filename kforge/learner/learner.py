@@ -115,7 +115,7 @@ class Learner:
             self.reference = attach_reference(self.model, cfg.model.checkpoint)
         self.tokenizer = tokenizer
         if cfg.model.gradient_checkpointing:
-            enable_gradient_checkpointing(self.model)
+            enable_gradient_checkpointing(self.model, cfg.model.recompute_share)
         self.pad_id = _pad_id(tokenizer, self.model)
         self.dropout = has_dropout(self.model)
 

@@ -100,9 +100,14 @@ def has_dropout(model: Any) -> bool:
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
-def enable_gradient_checkpointing(model: Any) -> None:
-    """Recompute activations in the backward pass. Non-reentrant checkpointing needs no input grads,
-    which a frozen embedding would not provide."""
+def enable_gradient_checkpointing(model: Any, share: float = 1.0) -> int:
+    """Recompute the activations of `share` of the decoder layers in the backward pass; returns how many.
+
+    Recomputing a layer costs one more forward of it (a third of its training FLOPs) and saves its stored
+    activations. Where memory allows, a share below 1 keeps the other layers' activations and spends that
+    forward only where memory needs it. The layers that keep theirs are the last ones: their backward
+    runs first, so what they hold is freed first. Non-reentrant checkpointing needs no input grads, which a
+    frozen embedding would not provide."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     kwargs = {"use_reentrant": False}
     if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2x name
@@ -111,6 +116,20 @@ def enable_gradient_checkpointing(model: Any) -> None:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     # config.use_cache stays as it is: the learner passes use_cache=False itself, and a rollout backend
     # sharing this model in-process still wants its KV cache when generating.
+    layers = checkpointed_layers(base)
+    keep = len(layers) - round(share * len(layers))
+    for layer in layers[len(layers) - keep:]:
+        layer.gradient_checkpointing = False  # the instance attribute overrides the one set for all layers
+    return len(layers) - keep
+
+
+def checkpointed_layers(model: Any) -> list[Any]:
+    """The model's layers that recompute in backward, in forward order (transformers' own flag per layer)."""
+    return [m for m in model.modules() if _is_layer(m) and m.gradient_checkpointing]
+
+
+def _is_layer(module: Any) -> bool:
+    return any(k.__name__ == "GradientCheckpointingLayer" for k in type(module).__mro__)
 
 
 def load_adapter_weights(model: Any, folder: str | Path) -> None:

@@ -169,7 +169,9 @@ class ServedProcess:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._reader_done = False
         self._closed = False
-        env = dict(env or {})
+        # KFORGE_ROLE names the role in the process's environment (inherited by what it starts, such as
+        # vLLM's engine core), so tools that see only pids (nvidia-smi, NVML, ps e) can tell roles apart.
+        env = {"KFORGE_ROLE": name, **(env or {})}
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, args=(child_conn, env, self.log_path, factory, kwargs or {}),

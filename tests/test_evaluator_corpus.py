@@ -53,8 +53,9 @@ class _Pools:
 
     def __getitem__(self, mode: str) -> EvalPool:
         if mode not in self.pools:
-            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0,
-                                  timing_timeout_s=10.0, memory_limit_gb=4.0, cpu_workers=2, **MODES[mode])
+            base = dict(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0, timing_timeout_s=10.0,
+                        memory_limit_gb=4.0, cpu_workers=2)
+            cfg = EvaluatorConfig(**(base | MODES[mode]))
             self.pools[mode] = EvalPool(cfg, devices=None, cache_dir=self.cache)
         return self.pools[mode]
 
@@ -259,6 +260,20 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
     # Whatever the attack did, the pool still judges an honest kernel right after it.
     good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
     assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct
+
+
+def test_every_sampled_read_has_positions_of_its_own(pools: _Pools) -> None:
+    """Each timed call and each trial of a sampled output is read at positions drawn for it alone: a child
+    that learnt where one read looked (a cache side channel on the shared memory) learns nothing about the
+    next. (One set of positions once served every timed call.)"""
+    pool = pools["sampled"]
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    assert pool.submit(make_problem("relu"), good).result(timeout=60).correct
+    ref = pool.references.get(pool._slots[0], make_problem("relu"))
+    timed = [tuple(p[0].tolist()) for p in ref.positions]
+    trials = [tuple(w[0].tolist()) for w in ref.trial_positions]
+    assert len(timed) == len(ref.timing_seeds) >= 2 and len(set(timed)) == len(timed)
+    assert len(trials) == len(ref.trials) + 1 and len(set(trials)) == len(trials)  # the decoy's last
 
 
 def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> None:

@@ -7,9 +7,10 @@ parent's clock around each and the outputs of every call read at secret position
 the decoy trial (Triton: the same problem without the candidate's kernels). Timing runs only for a
 correct, unflagged candidate; on a GPU under the device's timing lock, released on every path.
 
-What went wrong is the parent's to say, from the stage it saw: an error before the child reported
-READY is a compile error, whatever the child called it; after it, a runtime error, unless the child
-claims the lesser compile error (a Triton kernel compiles at its first launch).
+What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
+protocol before the child reported READY is a compile error, whatever the child called it or did; after
+it, a runtime error (or timeout, crash), unless the child claims the lesser compile error (a Triton kernel
+compiles at its first launch).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Examination:
         except EOFError:
             self._died()
         except Exception as exc:  # noqa: BLE001 - a protocol violation, or anything else the child's data raised
-            self.v.status = Status.CRASHED
+            self.v.status = self._failed(Status.CRASHED)
             self.v.flags.append("protocol_violation")
             self.v.details["reason"] = f"the child broke the evaluation protocol ({str(exc)[:200] or type(exc).__name__})"
         finally:
@@ -103,9 +104,9 @@ class Examination:
         order = trial_order(ref, random.Random())
         answers: list[Any] = [None] * len(order)
         evidence: list[dict[str, Any]] = [{} for _ in order]
-        where = ref.trial_positions if ref.trial_positions is not None else P.ALL
         for k in order:
             seed, signed = ref.trials[k]
+            where = ref.trial_positions[k] if ref.trial_positions is not None else P.ALL
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
             evidence[k] = dict(ans.get("evidence") or {})
@@ -132,7 +133,7 @@ class Examination:
         order = list(range(len(ref.timing_seeds)))
         random.Random().shuffle(order)  # fresh inputs per call, in an order the child cannot predict
         clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
-                                       ref.positions, deadline)
+                                       [ref.positions[i] for i in order], deadline)
         self.durations["timing_s"] = time.monotonic() - t0
         mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
         if mismatch:
@@ -164,7 +165,7 @@ class Examination:
         self.stage = "decoy"
         ref = self.ref
         seed, signed = ref.decoy
-        where = ref.trial_positions if ref.trial_positions is not None else P.ALL
+        where = ref.trial_positions[-1] if ref.trial_positions is not None else P.ALL
         try:
             _, got = drive.trial(self.child, len(ref.trials), seed, signed, ref.meta, ref.slots, where,
                                  time.monotonic() + self.cfg.run_timeout_s, ablate=True, check=meta_mismatch)
@@ -175,6 +176,12 @@ class Examination:
             self.v.details["reason"] = "the outputs were right with the candidate's kernels skipped"
 
     # --- endings -----------------------------------------------------------------------------
+    def _failed(self, status: Status) -> Status:
+        """The status of a failure the parent saw: whatever ended a child before it reported READY (an
+        error, a hang, a crash, a broken protocol) is a compile error; it never compiled as far as the
+        parent knows, and a candidate must not buy the compile reward by hanging or dying at import."""
+        return Status.COMPILE_ERROR if self.stage == "import" else status
+
     def _child_error(self, msg: dict[str, Any]) -> None:
         assert self.child is not None
         self.v.error = clean_error(str(msg.get("message", "")), self.child.scratch, self.ctx.secrets)
@@ -192,7 +199,7 @@ class Examination:
         if self.stage == "timing":  # correct, then too slow or stuck when called again
             self.v.flags.append("failed_when_timed")
         else:
-            self.v.status = Status.TIMEOUT
+            self.v.status = self._failed(Status.TIMEOUT)
         self.v.details["reason"] = f"{label} exceeded {limits[self.stage]:g} s; the process was killed"
 
     def _died(self) -> None:
@@ -202,7 +209,7 @@ class Examination:
         if self.stage == "timing":
             self.v.flags.append("failed_when_timed")
         else:
-            self.v.status = Status.CRASHED
+            self.v.status = self._failed(Status.CRASHED)
         if sig:
             self.v.details["reason"] = f"The process died from {signal.Signals(sig).name}"
             if sig == signal.SIGKILL:

@@ -326,6 +326,25 @@ def test_interception_and_loaders_are_banned_by_any_path(snippet: str) -> None:
     assert rep.errors and "not allowed in a kernel" in rep.errors[0], (snippet, rep.errors)
 
 
+@pytest.mark.parametrize("snippet", [
+    "import operator\ncells = operator.attrgetter('__closure__')(triton.runtime.jit.JITFunction.run)",
+    "from operator import attrgetter", "import operator\nf = operator.methodcaller('x')",
+    "import functools\nf = functools.reduce(getattr, ['run'], triton.runtime.jit.JITFunction)", "g = getattr",
+    "text = '{0.__globals__}'.format(relu)", "c = relu.cell_contents",
+])
+def test_dunder_lookups_written_as_text_are_banned(snippet: str) -> None:
+    """closure_guard.py read the launch recorder's Guard through `operator.attrgetter('__closure__')`
+    with no banned name in its source (then forged its launches and read the decoy switch)."""
+    rep = check_source(GOOD + "\n" + snippet + "\n", RELU, "triton")
+    assert rep.errors and "not allowed in a kernel" in rep.errors[0], (snippet, rep.errors)
+
+
+def test_text_that_names_no_hidden_attribute_is_fine() -> None:
+    code = GOOD.replace("import torch\n", 'import torch\n"""Docstrings may say __init__ or __len__."""\n', 1)
+    code += "\nif __name__ == '__main__':\n    print(hasattr(ModelNew, 'forward'))\n"
+    assert check_source(code, RELU, "triton").errors == []
+
+
 def test_builtin_solutions_against_their_own_problems_carry_no_flag() -> None:
     from kforge.problems import builtin_problems
 

@@ -262,6 +262,24 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
     assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct
 
 
+def test_the_decoy_trial_has_no_place_a_child_can_count(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
+    """decoy_count.py answers wrong on the second call with signed inputs only: that was always the decoy
+    trial (last, after the signed trial), so it was `correct` with its kernel doing nothing. Now the decoy
+    is one of the trial requests, anywhere but first; here the parent's two random choices are fixed so
+    that the decoy comes before the signed trial: the decoy is answered right (kernel_not_needed) and the
+    signed trial wrong."""
+    import random
+
+    from kforge.evaluator import examine
+
+    assert {examine.decoy_place(4, random.Random(i)) for i in range(200)} == {1, 2, 3, 4}
+    monkeypatch.setattr(examine, "trial_order", lambda ref, rng: list(range(len(ref.trials))))  # signed last
+    monkeypatch.setattr(examine, "decoy_place", lambda n, rng: 1)
+    code = (Path(__file__).parent / "candidates" / "attacks" / "decoy_count.py").read_text()
+    v = pools["all"].submit(make_problem("relu"), code).result(timeout=120)
+    assert v.status is Status.INCORRECT and "kernel_not_needed" in v.flags and not v.correct, (v.status, v.flags)
+
+
 def test_every_sampled_read_has_positions_of_its_own(pools: _Pools) -> None:
     """Each timed call and each trial of a sampled output is read at positions drawn for it alone: a child
     that learnt where one read looked (a cache side channel on the shared memory) learns nothing about the

@@ -213,3 +213,9 @@ def trial_order(ref: Reference, rng: random.Random) -> list[int]:
     rng.shuffle(order)
     return order
 
+
+def decoy_place(trials: int, rng: random.Random) -> int:
+    """Where among `trials` trial requests the decoy trial goes: anywhere but first (an autotuner picks
+    its configuration on its first call, which must not be a skipped one), uniformly, so that no count
+    of calls tells the child which one it is."""
+    return rng.randint(1, trials)

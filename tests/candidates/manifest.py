@@ -110,6 +110,8 @@ CASES = [
     Case("pure_pytorch.py", "relu", "static_check_failed"),
     Case("syntax_error.py", "relu", "compile_error"),
     Case("import_error.py", "relu", "compile_error"),
+    Case("checks_own_output.py", "relu", "correct", correct=True,
+         notes="raises in the decoy trial (kernel skipped): a fresh child runs the remaining trials"),
     Case("kernel_not_launched.py", "relu", "correct", ("no_kernel_launched",)),
     Case("try_except_fallback.py", "relu", "correct", ("try_except_fallback", "pytorch_op:relu", "no_kernel_launched")),
     Case("calls_torch_op.py", "relu", "correct", ("pytorch_op:relu",)),
@@ -277,10 +279,6 @@ ATTACKS = [
            "whose launch record it forges and whose decoy switch it reads. Banned in source (attrgetter, "
            "methodcaller, dunder names as text, getattr as a value, cell_contents); with the static check off "
            "it is `correct` (the in-process layers are evidence: on a GPU its coverage is 0)", item=4),
-    Attack("decoy_count.py", {"all": "correct"},
-           "the decoy trial told apart by its place (the second call with signed inputs, the last call): the "
-           "same blind spot as decoy_canary.py, at no cost in any other call (coverage measures it on a GPU)",
-           item=4),
     Attack("decoy_canary.py", {"all": "correct"},
            "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
            "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "
@@ -317,5 +315,4 @@ COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("prefix_name.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
             ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("../attacks/decoy_canary.py", "relu", "triton", (0.0, 0.6), ""),
-            ("../attacks/decoy_count.py", "relu", "triton", (0.0, 0.6), ""),
             ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]

@@ -255,7 +255,8 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
     if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
         from kforge.evaluator.feedback import MAX_TEXT
 
-        assert "SHADOW" not in v.error and "WRITABLE" not in v.error and "uid=0 " not in v.error, v.error
+        assert "SHADOW" not in v.error and "WRITABLE" not in v.error and "READ " not in v.error, v.error
+        assert "uid=0 " not in v.error and "hosts: " in v.error, v.error  # the probes' results did reach the text
         assert "uid=" in v.error and len(v.error) <= MAX_TEXT, v.error
     # Whatever the attack did, the pool still judges an honest kernel right after it.
     good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()

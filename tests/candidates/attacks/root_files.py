@@ -24,6 +24,11 @@ def probe():
             won.append("SHADOW " + fh.read(300))
     except OSError as exc:
         refused.append(f"shadow: {exc.strerror}")
+    try:  # world-readable, but outside the few /etc files a child needs
+        with open("/etc/hosts") as fh:
+            won.append("READ /etc/hosts " + fh.read(100))
+    except OSError as exc:
+        refused.append(f"hosts: {exc.strerror}")
     for path in ("/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches",
                  "/sys/kernel/mm/transparent_hugepage/enabled"):
         try:

@@ -217,7 +217,7 @@ def test_sandbox_cases_never_reach_the_child_with_every_layer_on(case: Case) -> 
     assert check_source(case.code(), PROBLEMS[case.problem][3], case.backend).errors
 
 
-# Attacks on the parent-side guarantees (items 1 and 3 of issue 22) run with the in-process layers off in
+# Attacks on the parent-side guarantees (items 1 and 3 of the threat model) run with the in-process layers off in
 # their own test below; here every other (attack, mode) pair.
 PARENT_SIDE = [a for a in ATTACKS if a.item in (1, 3)]
 _ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect if not (mode == "bare" and a in PARENT_SIDE)]

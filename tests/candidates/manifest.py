@@ -165,8 +165,9 @@ class Attack:
     expect: dict[str, str]
     notes: str = ""
     problem: str = "relu"
-    item: int = 0  # the root cause of issue 22 it attacks (1: who answers the parent's samples, 2: laundering
-    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category)
+    # The item of the README's threat model it attacks (1: who answers the parent's samples, 2: laundering
+    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category).
+    item: int = 0
 
     def code(self) -> str:
         return (HERE / "attacks" / self.file).read_text()
@@ -229,7 +230,7 @@ ATTACKS = [
                                  "bare": "correct+patched:triton.runtime.jit.JITFunction.run"},
            "CPython audits no plain class-attribute assignment: the static check stops it, the identity "
            "check after each trial reports it"),
-    # Issue 22, one root cause each (`item`). Under the old harness (the parent asked the child for values at
+    # One per item of the threat model (`item`). Under the old harness (the parent asked the child for values at
     # its positions, timing by median, no decoy trial, children as root) each got `correct` with no flag
     # in at least one of these modes.
     Attack("lazy_mode.py", {"all": "static_check_failed", "no_static": "correct+timed_output_mismatch",

@@ -72,9 +72,9 @@ def main() -> int:
         if mode not in pools:
             # The trials stage budget is the tests': slow_trials.py (3 s a call) must run out of it.
             memory = args.memory_limit_gb or (32.0 if gpu else 4.0)
-            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=10.0, compile_timeout_s=240.0,
-                                  timing_timeout_s=60.0, memory_limit_gb=memory,
-                                  timing_trials=args.timing_trials, warmup_trials=3, **m.MODES[mode])
+            base = dict(num_correct_trials=3, run_timeout_s=10.0, compile_timeout_s=240.0, timing_timeout_s=60.0,
+                        memory_limit_gb=memory, timing_trials=args.timing_trials, warmup_trials=3)
+            cfg = EvaluatorConfig(**(base | m.MODES[mode]))
             pools[mode] = EvalPool(cfg, devices=[0] if gpu else None, cache_dir=args.cache_dir)
         return pools[mode]
 

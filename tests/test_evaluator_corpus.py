@@ -53,8 +53,9 @@ class _Pools:
 
     def __getitem__(self, mode: str) -> EvalPool:
         if mode not in self.pools:
-            cfg = EvaluatorConfig(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0,
-                                  timing_timeout_s=10.0, memory_limit_gb=4.0, cpu_workers=2, **MODES[mode])
+            base = dict(num_correct_trials=3, run_timeout_s=8.0, compile_timeout_s=60.0, timing_timeout_s=10.0,
+                        memory_limit_gb=4.0, cpu_workers=2)
+            cfg = EvaluatorConfig(**(base | MODES[mode]))
             self.pools[mode] = EvalPool(cfg, devices=None, cache_dir=self.cache)
         return self.pools[mode]
 
@@ -216,7 +217,7 @@ def test_sandbox_cases_never_reach_the_child_with_every_layer_on(case: Case) -> 
     assert check_source(case.code(), PROBLEMS[case.problem][3], case.backend).errors
 
 
-# Attacks on the parent-side guarantees (items 1 and 3 of issue 22) run with the in-process layers off in
+# Attacks on the parent-side guarantees (items 1 and 3 of the threat model) run with the in-process layers off in
 # their own test below; here every other (attack, mode) pair.
 PARENT_SIDE = [a for a in ATTACKS if a.item in (1, 3)]
 _ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect if not (mode == "bare" and a in PARENT_SIDE)]
@@ -254,11 +255,44 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
     if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
         from kforge.evaluator.feedback import MAX_TEXT
 
-        assert "SHADOW" not in v.error and "WRITABLE" not in v.error and "uid=0 " not in v.error, v.error
+        assert "SHADOW" not in v.error and "WRITABLE" not in v.error and "READ " not in v.error, v.error
+        assert "uid=0 " not in v.error and "hosts: " in v.error, v.error  # the probes' results did reach the text
         assert "uid=" in v.error and len(v.error) <= MAX_TEXT, v.error
     # Whatever the attack did, the pool still judges an honest kernel right after it.
     good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
     assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct
+
+
+def test_the_decoy_trial_has_no_place_a_child_can_count(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
+    """decoy_count.py answers wrong on the second call with signed inputs only: that was always the decoy
+    trial (last, after the signed trial), so it was `correct` with its kernel doing nothing. Now the decoy
+    is one of the trial requests, anywhere but first; here the parent's two random choices are fixed so
+    that the decoy comes before the signed trial: the decoy is answered right (kernel_not_needed) and the
+    signed trial wrong."""
+    import random
+
+    from kforge.evaluator import examine
+
+    assert {examine.decoy_place(4, random.Random(i)) for i in range(200)} == {1, 2, 3, 4}
+    monkeypatch.setattr(examine, "trial_order", lambda ref, rng: list(range(len(ref.trials))))  # signed last
+    monkeypatch.setattr(examine, "decoy_place", lambda n, rng: 1)
+    code = (Path(__file__).parent / "candidates" / "attacks" / "decoy_count.py").read_text()
+    v = pools["all"].submit(make_problem("relu"), code).result(timeout=120)
+    assert v.status is Status.INCORRECT and "kernel_not_needed" in v.flags and not v.correct, (v.status, v.flags)
+
+
+def test_every_sampled_read_has_positions_of_its_own(pools: _Pools) -> None:
+    """Each timed call and each trial of a sampled output is read at positions drawn for it alone: a child
+    that learnt where one read looked (a cache side channel on the shared memory) learns nothing about the
+    next. (One set of positions once served every timed call.)"""
+    pool = pools["sampled"]
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    assert pool.submit(make_problem("relu"), good).result(timeout=60).correct
+    ref = pool.references.get(pool._slots[0], make_problem("relu"))
+    timed = [tuple(p[0].tolist()) for p in ref.positions]
+    trials = [tuple(w[0].tolist()) for w in ref.trial_positions]
+    assert len(timed) == len(ref.timing_seeds) >= 2 and len(set(timed)) == len(timed)
+    assert len(trials) == len(ref.trials) + 1 and len(set(trials)) == len(trials)  # the decoy's last
 
 
 def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> None:

@@ -137,6 +137,15 @@ def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
     assert 'File "candidate.py", line 5, in forward' in out
 
 
+def test_clean_error_hides_a_harness_frame_whose_head_was_cut_off() -> None:
+    # The child sends only the end of a long traceback: its first line can be a frame's tail.
+    text = ('i22/kforge/evaluator/loop.py", line 215, in serve\n    msg = handlers[op](req)\n'
+            '  File "/tmp/kforge-x/candidate.py", line 4, in forward\n    raise RuntimeError("no")\nRuntimeError: no\n')
+    out = clean_error(text, "/tmp/kforge-x", [])
+    assert "loop.py" not in out and "handlers" not in out and "kforge" not in out
+    assert out.endswith("RuntimeError: no") and 'File "candidate.py", line 4' in out
+
+
 def test_feedback_mentions_trials_flags_and_speed() -> None:
     v = Verdict(Status.INCORRECT, trials_passed=2, trials=5, max_abs_error=0.5, flags=["pytorch_op:relu"])
     text = write_feedback(v)

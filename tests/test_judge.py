@@ -189,6 +189,25 @@ def test_a_cuda_kernel_of_load_inline_counts_as_the_candidates() -> None:
     assert cuda_kernel_names(odd) == ({"add_kernel", "tk"}, {"k2"})
 
 
+def test_an_honest_cuda_kernel_in_a_nameless_namespace_is_its_own() -> None:
+    """Profiler-shaped names (torch.profiler's key_averages keys) of ordinary load_inline kernels: one in
+    `namespace { ... }` (once coverage 0.0: the `(` of `(anonymous namespace)` ended the name), a template,
+    launch bounds. PyTorch's kernels of the same leaf name in its own nameless namespaces stay PyTorch's."""
+    source = ("#include <torch/extension.h>\nnamespace {\n__global__ void __launch_bounds__(256) relu_kernel("
+              "const float* x, float* y, int n) {}\n}\ntemplate <typename T>\n__global__ void scale_kernel(T* y, T a, "
+              "int n) {}\n")
+    names, spaces = cuda_kernel_names(source)
+    assert names == {"relu_kernel", "scale_kernel"}
+    profiled = {"(anonymous namespace)::relu_kernel(float const*, float*, int)": 50.0,
+                "void scale_kernel<float>(float*, float, int)": 30.0,
+                "void at::native::(anonymous namespace)::relu_kernel<float>(float*)": 5.0,
+                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)": 15.0}
+    assert kernel_coverage(profiled, names, spaces) == pytest.approx(0.8)
+    # A source that opens no nameless namespace claims no kernel in one.
+    assert kernel_coverage(profiled, names, set()) == pytest.approx(0.3)
+
+
 # --- the wire: bounded, pickle-free frames -------------------------------------------------------
 
 def test_frames_larger_than_expected_are_refused_before_reading() -> None:
@@ -305,6 +324,25 @@ def test_the_reference_op_is_flagged_under_any_local_name(imports: str, use: str
 def test_interception_and_loaders_are_banned_by_any_path(snippet: str) -> None:
     rep = check_source(GOOD + "\n" + snippet + "\n", RELU, "triton")
     assert rep.errors and "not allowed in a kernel" in rep.errors[0], (snippet, rep.errors)
+
+
+@pytest.mark.parametrize("snippet", [
+    "import operator\ncells = operator.attrgetter('__closure__')(triton.runtime.jit.JITFunction.run)",
+    "from operator import attrgetter", "import operator\nf = operator.methodcaller('x')",
+    "import functools\nf = functools.reduce(getattr, ['run'], triton.runtime.jit.JITFunction)", "g = getattr",
+    "text = '{0.__globals__}'.format(relu)", "c = relu.cell_contents",
+])
+def test_dunder_lookups_written_as_text_are_banned(snippet: str) -> None:
+    """closure_guard.py read the launch recorder's Guard through `operator.attrgetter('__closure__')`
+    with no banned name in its source (then forged its launches and read the decoy switch)."""
+    rep = check_source(GOOD + "\n" + snippet + "\n", RELU, "triton")
+    assert rep.errors and "not allowed in a kernel" in rep.errors[0], (snippet, rep.errors)
+
+
+def test_text_that_names_no_hidden_attribute_is_fine() -> None:
+    code = GOOD.replace("import torch\n", 'import torch\n"""Docstrings may say __init__ or __len__."""\n', 1)
+    code += "\nif __name__ == '__main__':\n    print(hasattr(ModelNew, 'forward'))\n"
+    assert check_source(code, RELU, "triton").errors == []
 
 
 def test_builtin_solutions_against_their_own_problems_carry_no_flag() -> None:

@@ -17,6 +17,8 @@ import re
 
 _GLOBAL = re.compile(r"__global__\s+[^;{(]*?(\w+)\s*\(")
 _NAMESPACE = re.compile(r"\bnamespace\s+(\w+)\s*\{")
+_ANON_SOURCE = re.compile(r"\bnamespace\s*\{")
+ANON = "(anonymous namespace)"  # how a demangled name spells a namespace without a name
 _RESERVED = frozenset({"at", "c10", "cub", "thrust", "cutlass", "std", "native", "torch", "cuda", "cudnn",
                        "cublas", "triton", "detail", "internal"})
 
@@ -25,19 +27,23 @@ def cuda_kernel_names(source: str) -> tuple[set[str], set[str]]:
     """(`__global__` function names, namespaces the source opens) of a CUDA source text."""
     text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
     text = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", text)
-    return set(_GLOBAL.findall(text)), set(_NAMESPACE.findall(text)) - _RESERVED
+    spaces = set(_NAMESPACE.findall(text)) - _RESERVED
+    if _ANON_SOURCE.search(text):  # `namespace { __global__ void k(...) }`: profiled as `(anonymous namespace)::k`
+        spaces.add(ANON)
+    return set(_GLOBAL.findall(text)), spaces
 
 
 def qualified_name(profiled: str) -> str:
-    """`void ns::k<4, float>(float const*, int)` -> `ns::k`; `relu_kernel` -> `relu_kernel`."""
-    name = profiled.strip()
+    """`void ns::k<4, float>(float const*, int)` -> `ns::k`; `relu_kernel` -> `relu_kernel`;
+    `void (anonymous namespace)::k<float>(float*)` -> `(anonymous namespace)::k`."""
+    name = profiled.strip().replace(ANON, "\0")  # its parentheses are part of the name, not the parameters
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # the first '(' or '<' outside any bracket ends the name
         if ch in "<(" and depth == 0:
             cut = i
             break
     name = name[:cut].strip()
-    return name.rsplit(" ", 1)[-1]  # drop a return type
+    return name.rsplit(" ", 1)[-1].replace("\0", ANON)  # drop a return type
 
 
 def is_own(profiled: str, names: set[str], namespaces: set[str] = frozenset()) -> bool:
@@ -45,8 +51,13 @@ def is_own(profiled: str, names: set[str], namespaces: set[str] = frozenset()) -
     if q in names:
         return True
     head, _, leaf = q.rpartition("::")
-    return bool(head) and leaf in names and all(p in namespaces or p == "(anonymous namespace)"
-                                                for p in head.split("::"))
+    if not head or leaf not in names:
+        return False
+    # Every enclosing namespace is one the candidate's source opened; a nameless one inside its own
+    # counts too. A nameless one on the outside counts only when its source opened one: PyTorch's
+    # `at::native::(anonymous namespace)::k` stays PyTorch's.
+    parts = head.split("::")
+    return all(p in namespaces or (p == ANON and i > 0) for i, p in enumerate(parts))
 
 
 def kernel_coverage(kernel_us: dict[str, float], names: set[str], namespaces: set[str] = frozenset()) -> float:

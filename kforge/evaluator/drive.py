@@ -47,19 +47,19 @@ def trial(child: Child, k: int, seed: int, signed: bool, meta: list[Any] | None,
     return ans, child.read(meta, slots, where, plain)
 
 
-def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any], positions: list[Any],
+def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any], positions: list[list[Any]],
                 deadline: float) -> tuple[Clock, list[list[Any]]]:
     """One `time` request per call on the parent's seeds; the parent's clock runs from each request to the
     end of reading that call's outputs, so work the child moves out of its own window, skips and redoes
-    when copying out, or defers, is counted. Returns the clock and the values at `positions` per call."""
+    when copying out, or defers, is counted. Returns the clock and, per call, the values at that call's own `positions`."""
     clock = Clock([], [])
     samples: list[list[Any]] = []
     size = child.arena.size if child.arena is not None else 0
-    for seed in seeds:
+    for seed, where in zip(seeds, positions, strict=True):
         t0 = time.perf_counter()
         timed = ask(child, {"op": P.OP_TIME, "seed": seed, "slots": slots, "size": size}, P.TIMED, deadline)
         plain = timed.get("plain") if isinstance(timed.get("plain"), list) else []
-        samples.append(child.read(meta, slots, positions, plain))
+        samples.append(child.read(meta, slots, where, plain))
         clock.wall_ms.append((time.perf_counter() - t0) * 1e3)
         reported = timed.get("ms")
         if isinstance(reported, bool) or not isinstance(reported, (int, float)):

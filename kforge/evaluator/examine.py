@@ -3,13 +3,15 @@
 Stages, each with one budget fixed by the parent when the stage starts (nothing the child sends
 extends it): import/compile -> correctness trials (the parent's seeds, in the parent's order, one
 answer per request, outputs read by the parent from the arena) -> timed calls on fresh inputs, with the
-parent's clock around each and the outputs of every call read at secret positions -> profile (GPU) ->
-the decoy trial (Triton: the same problem without the candidate's kernels). Timing runs only for a
-correct, unflagged candidate; on a GPU under the device's timing lock, released on every path.
+parent's clock around each and the outputs of every call read at secret positions -> profile (GPU).
+Among the trials, at a random place, the decoy trial (Triton: the same problem without the candidate's
+kernels). Timing runs only for a correct, unflagged candidate; on a GPU under the device's timing lock,
+released on every path.
 
-What went wrong is the parent's to say, from the stage it saw: an error before the child reported
-READY is a compile error, whatever the child called it; after it, a runtime error, unless the child
-claims the lesser compile error (a Triton kernel compiles at its first launch).
+What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
+protocol before the child reported READY is a compile error, whatever the child called it or did; after
+it, a runtime error (or timeout, crash), unless the child claims the lesser compile error (a Triton kernel
+compiles at its first launch).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.feedback import clean_error
 from kforge.evaluator.judge import check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call
-from kforge.evaluator.reference import Reference, fresh_seeds, trial_order
+from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
 
 
@@ -50,22 +52,22 @@ class Examination:
         self.durations: dict[str, float] = v.details.setdefault("durations", {})
         self.stage = "import"
         self.child: Child | None = None
+        self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
-        job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
-               "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
-               "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
-        arena = Arena(self.ref.arena_bytes, sealed=True)
-        self.child = self.ctx.child(self.slot, "candidate", job, [build_dir] if build_dir else [], arena=arena)
+        self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
+                    "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
+                    "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
+        self.writable = [build_dir] if build_dir else []
+        self._spawn()
+        assert self.child is not None
         self.durations["fork_s"] = self.child.fork_s
         try:
             self._import()
-            self._trials()
+            self._trials(decoy=backend == "triton" and self.ref.decoy is not None)
             if self.v.status is Status.CORRECT and not self.v.flags:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
                     self._timing()
-                if backend == "triton" and self.ref.decoy and not self.v.flags:
-                    self._decoy()
             self.child.send({"op": P.OP_BYE})
         except _Stop:
             pass
@@ -76,12 +78,19 @@ class Examination:
         except EOFError:
             self._died()
         except Exception as exc:  # noqa: BLE001 - a protocol violation, or anything else the child's data raised
-            self.v.status = Status.CRASHED
+            self.v.status = self._failed(Status.CRASHED)
             self.v.flags.append("protocol_violation")
             self.v.details["reason"] = f"the child broke the evaluation protocol ({str(exc)[:200] or type(exc).__name__})"
         finally:
             self.child.close()
         return self.v
+
+    def _spawn(self) -> None:
+        """A child (and its own sealed arena) for the job; the one before, if any, is ended."""
+        if self.child is not None:
+            self.child.close()
+        arena = Arena(self.ref.arena_bytes, sealed=True)
+        self.child = self.ctx.child(self.slot, "candidate", self.job, self.writable, arena=arena)
 
     # --- stages ------------------------------------------------------------------------------
     def _import(self) -> None:
@@ -92,27 +101,39 @@ class Examination:
         ready = drive.ask(self.child, None, P.READY, deadline)
         self.durations.update({k: float(x) for k, x in dict(ready.get("durations") or {}).items()})
         self.v.compile_s += self.durations.get("import_s", 0.0) + self.durations.get("init_s", 0.0)
-        self.ready_evidence = dict(ready.get("evidence") or {})
+        self.ready_evidence.append(dict(ready.get("evidence") or {}))
 
-    def _trials(self) -> None:
+    def _trials(self, decoy: bool) -> None:
+        """The correctness trials in the parent's order, the decoy trial among them at a random place
+        (never first: an autotuner picks its configuration on the first call, not on a skipped one)."""
         assert self.child is not None
         self.stage = "run"
         ref = self.ref
         t0 = time.monotonic()
         deadline = t0 + self.cfg.run_timeout_s
-        order = trial_order(ref, random.Random())
+        rng = random.Random()
+        order = trial_order(ref, rng)
         answers: list[Any] = [None] * len(order)
         evidence: list[dict[str, Any]] = [{} for _ in order]
-        where = ref.trial_positions if ref.trial_positions is not None else P.ALL
-        for k in order:
+        sequence: list[int | None] = list(order)
+        if decoy:
+            sequence.insert(decoy_place(len(order), rng), None)
+        needed = True
+        for k in sequence:
+            if k is None:
+                t1 = time.monotonic()
+                needed = self._decoy()
+                deadline += time.monotonic() - t1  # the decoy ran on a budget of its own
+                continue
             seed, signed = ref.trials[k]
+            where = ref.trial_positions[k] if ref.trial_positions is not None else P.ALL
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
             evidence[k] = dict(ans.get("evidence") or {})
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
         self.durations["correctness_s"] = time.monotonic() - t0
-        f = judge_trials(ref.trials, answers, ref.outputs, evidence + [self.ready_evidence], self.cfg)
+        f = judge_trials(ref.trials, answers, ref.outputs, evidence + self.ready_evidence, self.cfg)
         v = self.v
         v.trials, v.trials_passed = f.total, f.passed
         v.max_abs_error, v.max_rel_error = f.max_abs, f.max_rel
@@ -121,6 +142,9 @@ class Examination:
         if f.reasons:
             v.details["reason"] = f.reasons[0]
             v.error = "\n".join(f.reasons[:3])
+        if not needed:
+            v.flags.append("kernel_not_needed")
+            v.details.setdefault("reason", "the outputs were right with the candidate's kernels skipped")
 
     def _timing(self) -> None:
         assert self.child is not None
@@ -132,7 +156,7 @@ class Examination:
         order = list(range(len(ref.timing_seeds)))
         random.Random().shuffle(order)  # fresh inputs per call, in an order the child cannot predict
         clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
-                                       ref.positions, deadline)
+                                       [ref.positions[i] for i in order], deadline)
         self.durations["timing_s"] = time.monotonic() - t0
         mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
         if mismatch:
@@ -156,25 +180,36 @@ class Examination:
             cov = prof.get("coverage")
             self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
 
-    def _decoy(self) -> None:
-        """The decoy trial: the candidate's own Triton launches are skipped (guard.ablate). An answer that
-        is still right came from somewhere else (PyTorch): the kernels were for show. The parent reads the
-        answer from the arena; only a candidate that notices the skip and fails on purpose escapes this."""
+    def _decoy(self) -> bool:
+        """The decoy trial: whether the candidate's kernels were needed. Its own Triton launches are
+        skipped (guard.ablate); an answer that is still right came from somewhere else (PyTorch): the
+        kernels were for show. The parent reads the answer from the arena. It is one of the trial
+        requests, at a place the child cannot predict (the decoy once came last: a candidate could count
+        its calls). Only a candidate that notices the skip itself and fails on purpose escapes this.
+
+        A child that broke without its kernels (an error, a hang, a crash) is replaced by a fresh one for
+        the remaining trials: what a skipped kernel left behind (garbage indices, a sticky CUDA error)
+        must not fail an honest kernel's real trials."""
         assert self.child is not None and self.ref.decoy is not None
-        self.stage = "decoy"
         ref = self.ref
         seed, signed = ref.decoy
-        where = ref.trial_positions if ref.trial_positions is not None else P.ALL
+        where = ref.trial_positions[-1] if ref.trial_positions is not None else P.ALL
         try:
             _, got = drive.trial(self.child, len(ref.trials), seed, signed, ref.meta, ref.slots, where,
                                  time.monotonic() + self.cfg.run_timeout_s, ablate=True, check=meta_mismatch)
         except (drive.ChildError, TimeoutError, EOFError):
-            return  # it broke without its kernels: they were needed
-        if isinstance(got, list) and compare_outputs(got, ref.decoy_output, self.cfg, scale_atol=signed).passed:
-            self.v.flags.append("kernel_not_needed")
-            self.v.details["reason"] = "the outputs were right with the candidate's kernels skipped"
+            self._spawn()  # it broke without its kernels: they were needed
+            self._import()
+            return True
+        return not (isinstance(got, list) and compare_outputs(got, ref.decoy_output, self.cfg, scale_atol=signed).passed)
 
     # --- endings -----------------------------------------------------------------------------
+    def _failed(self, status: Status) -> Status:
+        """The status of a failure the parent saw: whatever ended a child before it reported READY (an
+        error, a hang, a crash, a broken protocol) is a compile error; it never compiled as far as the
+        parent knows, and a candidate must not buy the compile reward by hanging or dying at import."""
+        return Status.COMPILE_ERROR if self.stage == "import" else status
+
     def _child_error(self, msg: dict[str, Any]) -> None:
         assert self.child is not None
         self.v.error = clean_error(str(msg.get("message", "")), self.child.scratch, self.ctx.secrets)
@@ -192,7 +227,7 @@ class Examination:
         if self.stage == "timing":  # correct, then too slow or stuck when called again
             self.v.flags.append("failed_when_timed")
         else:
-            self.v.status = Status.TIMEOUT
+            self.v.status = self._failed(Status.TIMEOUT)
         self.v.details["reason"] = f"{label} exceeded {limits[self.stage]:g} s; the process was killed"
 
     def _died(self) -> None:
@@ -202,7 +237,7 @@ class Examination:
         if self.stage == "timing":
             self.v.flags.append("failed_when_timed")
         else:
-            self.v.status = Status.CRASHED
+            self.v.status = self._failed(Status.CRASHED)
         if sig:
             self.v.details["reason"] = f"The process died from {signal.Signals(sig).name}"
             if sig == signal.SIGKILL:

@@ -48,6 +48,8 @@ def describe_flag(flag: str) -> str:
 
 _HIDDEN_FRAME = re.compile(r"kforge/evaluator/|<frozen |runpy|torch/nn/modules/module\.py")
 _CARET = re.compile(r"^\s*[\^~]+\s*$")
+# The tail of a frame line whose head was cut off (the child sends only the end of a long traceback).
+_CUT_FRAME = re.compile(r'^[^"]*", line \d+, in \S+$')
 
 
 # What of a child's own text may reach the policy's next prompt and the transcripts: the child may have
@@ -75,6 +77,9 @@ def clean_error(text: str, scratch: str | None, secrets: list[str], max_lines: i
             continue
         if stripped.startswith("Extension modules:") or stripped.startswith("Current thread") \
                 or stripped.startswith("Thread 0x"):
+            continue
+        if _CUT_FRAME.match(stripped):  # whose frame it was is unknown: hide it and its source line
+            keep_frame = False
             continue
         if stripped.startswith('File "'):
             keep_frame = not _HIDDEN_FRAME.search(stripped)

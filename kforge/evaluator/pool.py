@@ -259,8 +259,8 @@ class EvalPool:
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
                         error=clean_error(str(msg.get("message", "")), child.scratch, self.ctx.secrets, 12))
             return str(build_dir), self._finish(v), v.compile_s
-        except TimeoutError:
-            v = Verdict(Status.TIMEOUT, compile_s=time.monotonic() - t0,
+        except TimeoutError:  # a build that never finishes did not compile (TIMEOUT would earn the compile reward)
+            v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
                         details={"reason": f"compilation exceeded {self.cfg.compile_timeout_s:g} s"})
             return str(build_dir), self._finish(v), v.compile_s
         except (EOFError, ProtocolViolation):

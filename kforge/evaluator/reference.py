@@ -30,7 +30,7 @@ from kforge.evaluator.judge import Clock, compare_positions, meta_bytes, sample_
 from kforge.problems.record import Problem
 
 TRUSTED_BOUND = 1 << 40  # the reference child runs no candidate code: its answers are not size-capped
-FORMAT = 3  # bump when the cached Reference record changes
+FORMAT = 4  # bump when the cached Reference record changes
 MIN_TIMED_CALLS = 5  # however big the outputs
 
 
@@ -40,11 +40,15 @@ class Reference:
     outputs: list[list[Any]]  # the reference outputs of each trial
     state: dict[str, Any]  # initial weights, copied into ModelNew
     timing_seeds: list[int]
-    positions: list[Any]  # per output: flat positions the parent reads in every timed call
-    samples: list[list[Any]]  # per timing seed: the reference values at those positions
+    # Per timing seed, per output: the flat positions the parent reads in that call. New ones per call: a
+    # child that somehow saw which values one call's read touched (a cache side channel on the shared
+    # memory) learns nothing about the next call's.
+    positions: list[list[Any]]
+    samples: list[list[Any]]  # per timing seed: the reference values at its positions
     clock: Clock | None = None
     meta: list[Any] = field(default_factory=list)  # [shape, dtype] per output (None: a plain value)
-    trial_positions: list[Any] | None = None  # where large outputs are compared; None: whole outputs
+    # Per trial (the decoy last): where large outputs are compared, new for each; None: whole outputs.
+    trial_positions: list[Any] | None = None
     init_seed: int = 0  # seeds the model's construction; never a trial's seed
     decoy: tuple[int, bool] | None = None  # the decoy trial (run without the candidate's kernels)
     decoy_output: list[Any] = field(default_factory=list)
@@ -143,12 +147,13 @@ class ReferenceCache:
             slots, size = layout(meta)
             child.arena.grow(size)
             gen = torch.Generator().manual_seed(int(sha(salt, key, "positions")[:15], 16))
-            where = compare_positions(meta, cfg.compare_points, gen) if meta_bytes(meta) > cfg.full_compare_mb * (1 << 20) else P.ALL
             plan = [(s, False) for s in trial_seeds[:-1]] + ([(trial_seeds[-1], True)] if unit else [])
+            sampled = meta_bytes(meta) > cfg.full_compare_mb * (1 << 20)
+            wheres = [compare_positions(meta, cfg.compare_points, gen) if sampled else P.ALL for _ in range(len(plan) + 1)]
             trials, outputs = [], []
             for i, (seed, signed) in enumerate(plan):
                 try:
-                    _, got = drive.trial(child, i, seed, signed, meta, slots, where, deadline)
+                    _, got = drive.trial(child, i, seed, signed, meta, slots, wheres[i], deadline)
                 except drive.ChildError:
                     if signed:  # a signed trial only when the problem takes signed inputs
                         break
@@ -159,10 +164,11 @@ class ReferenceCache:
                 outputs.append(got)
             state, gpu = ready.get("state") or {}, str(ready.get("gpu", "cpu"))
             del ready
-            positions = sample_positions(meta, cfg.sample_points, gen)
             n = timed_call_count(calls, meta, cfg.timing_output_gb)
+            positions = [sample_positions(meta, cfg.sample_points, gen) for _ in range(n)]
+            kept = wheres[:len(trials)] + [wheres[-1]]  # the trials kept, then the decoy's
             ref = Reference(trials, outputs, state, _seeds(salt, key, "timing", n), positions, [], gpu=gpu,
-                            meta=meta, trial_positions=None if where == P.ALL else where, init_seed=init_seed)
+                            meta=meta, trial_positions=kept if sampled else None, init_seed=init_seed)
             with slot.timing():
                 deadline = time.monotonic() + cfg.timing_timeout_s
                 drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
@@ -174,7 +180,7 @@ class ReferenceCache:
                 # candidate gets one (an error ends the child: nothing else is asked of it).
                 decoy = (decoy_seed, trials[-1][1])
                 try:
-                    _, got = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, where,
+                    _, got = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, wheres[-1],
                                          time.monotonic() + cfg.run_timeout_s)
                     ref.decoy, ref.decoy_output = decoy, list(got)
                 except drive.ChildError:
@@ -207,3 +213,9 @@ def trial_order(ref: Reference, rng: random.Random) -> list[int]:
     rng.shuffle(order)
     return order
 
+
+def decoy_place(trials: int, rng: random.Random) -> int:
+    """Where among `trials` trial requests the decoy trial goes: anywhere but first (an autotuner picks
+    its configuration on its first call, which must not be a skipped one), uniformly, so that no count
+    of calls tells the child which one it is."""
+    return rng.randint(1, trials)

@@ -18,6 +18,7 @@ own trials, clock and output samples are what a verdict rests on.
 from __future__ import annotations
 
 import ast
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -68,7 +69,9 @@ _BANNED_SUBMODULES = ("torch.multiprocessing", "torch.hub", "torch.package", "to
 _BANNED_PATHS = _BANNED_SUBMODULES + (
     "torch.load", "torch.save", "torch.jit.load", "torch.jit.save", "numpy.load", "numpy.loads", "numpy.save",
     "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.loadtxt", "numpy.genfromtxt",
-    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource")
+    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource",
+    # Attribute lookup by a name written as text: `attrgetter("__closure__")` is `f.__closure__`.
+    "operator.attrgetter", "operator.methodcaller")
 _BANNED_METHODS = frozenset({"tofile", "dump"})  # ndarray methods that pickle or write files
 # Modules that reach the interpreter's internals, files or processes, by whatever attribute path.
 _FORBIDDEN_MODULE_NAMES = frozenset({"sys", "os", "gc", "inspect", "ctypes", "importlib", "builtins", "subprocess",
@@ -80,8 +83,12 @@ _BANNED_NAMES = frozenset({"exec", "eval", "compile", "__import__", "open", "glo
                            "delattr"})
 _FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame", "cr_frame",
                           "ag_frame", "tb_frame", "tb_next", "co_code", "co_consts", "co_filename", "func_globals",
-                          "modules", "_getframe", "settrace", "setprofile", "get_objects", "get_referrers"})
+                          "modules", "_getframe", "settrace", "setprofile", "get_objects", "get_referrers",
+                          "cell_contents"})
 _DUNDER_OK = frozenset({"__init__", "__name__", "__call__"})
+_DUNDER_TEXT = re.compile(r"__[A-Za-z]\w*__")  # a dunder name inside any text: `"{0.__globals__}".format(f)`
+_TEXT_OK = _DUNDER_OK | {"__main__"}
+_ATTR_FUNCS = ("getattr", "setattr", "hasattr")
 # Methods that run the candidate's code at times the harness does not choose, or intercept torch itself.
 _HOOK_METHODS = frozenset({"__torch_function__", "__torch_dispatch__", "__del__", "__getattr__", "__getattribute__",
                            "__init_subclass__", "__set_name__", "__class_getitem__", "__array__",
@@ -161,6 +168,8 @@ class _CandidateVisitor(ast.NodeVisitor):
         self.aliases = aliases  # local name -> module or object path, from the import statements
         self.report = StaticReport()
         self.banned_lines: set[int] = set()
+        self.called: set[int] = set()  # ids of the nodes that are called (a Call's func)
+        self.docstrings: set[int] = set()  # ids of the string constants that are statements of their own
         self.in_kernel = 0
         self.class_stack: list[str] = []
         self.func_stack: list[str] = []
@@ -298,6 +307,8 @@ class _CandidateVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id in _ATTR_FUNCS and id(node) not in self.called:  # `reduce(getattr, ...)`: a name as data
+            self._ban(f"`{node.id}` passed around (not called with a literal name)", node)
         if node.id in _BANNED_NAMES or node.id in _FORBIDDEN_MODULE_NAMES and node.id not in self.aliases:
             self._ban(f"`{node.id}`", node)
         if isinstance(node.ctx, ast.Load) and not self.in_kernel and not self._in_init() and node.id in self.aliases:
@@ -307,6 +318,10 @@ class _CandidateVisitor(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and node.value in _HOOK_METHODS:
             self._ban(f"the name `{node.value}` as text (a hook set up at run time)", node)
+        elif isinstance(node.value, str) and id(node) not in self.docstrings:
+            hidden = [d for d in _DUNDER_TEXT.findall(node.value) if d not in _TEXT_OK]
+            if hidden:  # whatever looks it up (a helper, a format string) reaches what `.{hidden}` would
+                self._ban(f"the name `{hidden[0]}` as text", node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
@@ -356,6 +371,9 @@ def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
         rep.errors.append(f"SyntaxError: {exc.msg} (line {exc.lineno})")
         return rep
     visitor = _CandidateVisitor(reference_ops(problem_code), import_aliases(tree))
+    visitor.called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    visitor.docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
+                          and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
     visitor.visit(tree)
     rep = visitor.report
     rep.flags = sorted(set(rep.flags))

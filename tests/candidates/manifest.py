@@ -110,6 +110,8 @@ CASES = [
     Case("pure_pytorch.py", "relu", "static_check_failed"),
     Case("syntax_error.py", "relu", "compile_error"),
     Case("import_error.py", "relu", "compile_error"),
+    Case("checks_own_output.py", "relu", "correct", correct=True,
+         notes="raises in the decoy trial (kernel skipped): a fresh child runs the remaining trials"),
     Case("kernel_not_launched.py", "relu", "correct", ("no_kernel_launched",)),
     Case("try_except_fallback.py", "relu", "correct", ("try_except_fallback", "pytorch_op:relu", "no_kernel_launched")),
     Case("calls_torch_op.py", "relu", "correct", ("pytorch_op:relu",)),
@@ -152,7 +154,9 @@ CASES = [
 # "bare" (both in-process layers off: only the parent's checks and the kernel-level sandbox remain).
 MODES = {"all": {}, "no_static": {"static_checks": False}, "bare": {"static_checks": False, "audit_hook": False},
          # Every output counts as "too large to move": compared at sampled positions plus both ends.
-         "sampled": {"full_compare_mb": 1e-6, "compare_points": 64}}
+         "sampled": {"full_compare_mb": 1e-6, "compare_points": 64},
+         # Every layer on, with a short import budget: for a candidate that spins at import.
+         "short_import": {"compile_timeout_s": 15.0}}
 
 
 @dataclass(frozen=True)
@@ -161,8 +165,9 @@ class Attack:
     expect: dict[str, str]
     notes: str = ""
     problem: str = "relu"
-    item: int = 0  # the root cause of issue 22 it attacks (1: who answers the parent's samples, 2: laundering
-    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category)
+    # The item of the README's threat model it attacks (1: who answers the parent's samples, 2: laundering
+    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category).
+    item: int = 0
 
     def code(self) -> str:
         return (HERE / "attacks" / self.file).read_text()
@@ -225,7 +230,7 @@ ATTACKS = [
                                  "bare": "correct+patched:triton.runtime.jit.JITFunction.run"},
            "CPython audits no plain class-attribute assignment: the static check stops it, the identity "
            "check after each trial reports it"),
-    # Issue 22, one root cause each (`item`). Under the old harness (the parent asked the child for values at
+    # One per item of the threat model (`item`). Under the old harness (the parent asked the child for values at
     # its positions, timing by median, no decoy trial, children as root) each got `correct` with no flag
     # in at least one of these modes.
     Attack("lazy_mode.py", {"all": "static_check_failed", "no_static": "correct+timed_output_mismatch",
@@ -264,6 +269,22 @@ ATTACKS = [
            "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
     Attack("import_reraise.py", {"all": "compile_error", "bare": "compile_error"},
            "an error before READY is a compile error, whatever the child calls it", item=6),
+    Attack("import_crash.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
+           "a child that ends itself before READY never compiled: compile_error, not crashed (which was worth "
+           "the compile reward)", item=6),
+    Attack("import_hang.py", {"short_import": "compile_error"},
+           "a child that spins before READY never compiled: compile_error, not timeout (which was worth the "
+           "compile reward)", item=6),
+    Attack("closure_guard.py", {"all": "static_check_failed", "no_static": "correct", "bare": "correct"},
+           "no kernel ever runs: `operator.attrgetter('__closure__')` on the launch recorder hands over the Guard, "
+           "whose launch record it forges and whose decoy switch it reads. Banned in source (attrgetter, "
+           "methodcaller, dunder names as text, getattr as a value, cell_contents); with the static check off "
+           "it is `correct` (the in-process layers are evidence: on a GPU its coverage is 0)", item=4),
+    Attack("decoy_canary.py", {"all": "correct"},
+           "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
+           "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "
+           "a GPU coverage (COVERAGE below) scales its speed reward by its kernel's small share of GPU time",
+           item=4),
 ]
 
 # GPU-time coverage (torch.profiler in the child; None on a CPU): the candidate's own kernels' share.
@@ -294,4 +315,5 @@ COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("decoy.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
             ("prefix_name.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
             ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
+            ("../attacks/decoy_canary.py", "relu", "triton", (0.0, 0.6), ""),
             ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]

@@ -55,13 +55,24 @@ class RoleMemory:
         per_role: dict[str, int] = defaultdict(int)
         for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
             if p.pid not in self.roles:
-                try:
-                    self.roles[p.pid] = psutil.Process(p.pid).environ().get("KFORGE_ROLE", "other")
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    self.roles[p.pid] = "other"
+                self.roles[p.pid] = self._role(psutil, p.pid)
             per_role[self.roles[p.pid]] += int(p.usedGpuMemory or 0)
         per_role["all"] = sum(per_role.values())
         return per_role
+
+    @staticmethod
+    def _role(psutil, pid: int) -> str:
+        """The KFORGE_ROLE of the process or of its nearest ancestor that has one (vLLM's engine core is a
+        child of the worker and need not carry the variable: its environment is the one vLLM gives it)."""
+        try:
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.parents()]:
+                role = p.environ().get("KFORGE_ROLE")
+                if role:
+                    return role
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+        return "other"
 
     def _sample(self) -> None:
         while not self._stop.wait(0.1):

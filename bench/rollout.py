@@ -2,7 +2,7 @@
 """Rollout throughput: kforge's backend against a direct call of the same engine, same GPU, same prompts,
 same sampling settings (per-request seeds included), offline, on a random-init model of a real architecture.
 
-  python bench/rollout.py [--quick] [--backend vllm|hf|both] [--shape tiny|1b] [--lora]
+  python bench/rollout.py [--quick] [--backend vllm|hf|both] [--shape tiny|1b] [--lora] [--direct llm|async]
                           [--prompts N] [--tokens T] [--reps R] [--json FILE] [--work DIR]
 
 vLLM: the direct engine runs first in its own process (then exits, freeing the GPU), then kforge's
@@ -91,20 +91,58 @@ def _direct_vllm(conn, env, engine_kwargs, prompts, sampling, reps, lora_path) -
         conn.send(("error", traceback.format_exc()))
 
 
-def bench_vllm(folder: Path, tok, prompts, sampling, args, lora_path: str | None) -> None:
-    from kforge.rollout.base import GenerationRequest, SamplingParams
-    from kforge.rollout.vllm_worker import VLLMBackend, child_env
+def _direct_async(conn, env, engine_kwargs, prompts, sampling, reps, lora_path) -> None:
+    """Child process: vLLM's AsyncLLM called directly, every request in flight at once, final output only
+    (the engine class kforge's worker drives, without kforge's process, pipe and bookkeeping)."""
+    os.environ.update(env)
+    try:
+        import asyncio
+        import itertools
 
-    engine_kwargs = dict(
-        model=str(folder), load_format="dummy", dtype="bfloat16", gpu_memory_utilization=args.gpu_mem,
-        max_model_len=4096, enforce_eager=args.quick, enable_prefix_caching=True, enable_lora=True,
-        max_lora_rank=16, max_loras=1, seed=0, logprobs_mode="processed_logprobs",
-    )
-    print(f"vLLM direct engine ({'eager' if args.quick else 'CUDA graphs'}) ...", flush=True)
+        from vllm import AsyncEngineArgs, SamplingParams
+        from vllm.lora.request import LoRARequest
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        async def run() -> dict:
+            engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs))
+            ids = itertools.count()
+
+            async def one(i: int, prompt: list[int], lora) -> int:
+                params = SamplingParams(n=1, max_tokens=sampling["max_tokens"], temperature=sampling["temperature"],
+                                        top_p=sampling["top_p"], seed=i, logprobs=0, include_stop_str_in_output=True,
+                                        output_kind=RequestOutputKind.FINAL_ONLY)
+                final = None
+                async for out in engine.generate({"prompt_token_ids": prompt}, params, f"bench-{next(ids)}",
+                                                 lora_request=lora):
+                    final = out
+                return len(final.outputs[0].token_ids)
+
+            async def timed(lora=None):
+                await asyncio.gather(*(one(i, p, lora) for i, p in enumerate(prompts[:4])))  # warm-up
+                times, tokens = [], 0
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    tokens = sum(await asyncio.gather(*(one(i, p, lora) for i, p in enumerate(prompts))))
+                    times.append(time.perf_counter() - t0)
+                return times, tokens
+
+            result = {"logprobs": await timed()}
+            if lora_path:
+                result["lora"] = await timed(LoRARequest("bench", 1, lora_path))
+            engine.shutdown()
+            return result
+
+        conn.send(("ok", asyncio.run(run())))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+
+
+def _in_child(target, env: dict[str, str], *args) -> dict:
+    """Run `target(conn, env, *args)` in a spawned process that starts with `env`; its payload."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    env = child_env([0])
-    proc = ctx.Process(target=_direct_vllm, args=(child, env, engine_kwargs, prompts, sampling.__dict__, args.reps, lora_path))
+    proc = ctx.Process(target=target, args=(child, env, *args))
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     proc.start()
@@ -117,9 +155,31 @@ def bench_vllm(folder: Path, tok, prompts, sampling, args, lora_path: str | None
     proc.join()
     if status != "ok":
         raise RuntimeError(f"direct vLLM run failed:\n{payload}")
-    direct = row("vllm", "direct, log-probs", len(prompts), *payload["logprobs"])
-    row("vllm", "direct, no log-probs (reference)", len(prompts), *payload["no_logprobs"])
-    direct_lora = row("vllm", "direct + LoRA, log-probs", len(prompts), *payload["lora"]) if lora_path else None
+    return payload
+
+
+def bench_vllm(folder: Path, tok, prompts, sampling, args, lora_path: str | None) -> None:
+    from kforge.rollout.base import GenerationRequest, SamplingParams
+    from kforge.rollout.vllm_worker import VLLMBackend, child_env
+
+    engine_kwargs = dict(
+        model=str(folder), load_format="dummy", dtype="bfloat16", gpu_memory_utilization=args.gpu_mem,
+        max_model_len=4096, enforce_eager=args.quick, enable_prefix_caching=True, enable_lora=True,
+        max_lora_rank=16, max_loras=1, seed=0, logprobs_mode="processed_logprobs",
+    )
+    env = child_env([0])
+    run_args = (engine_kwargs, prompts, sampling.__dict__, args.reps, lora_path)
+    if args.direct == "async":
+        print(f"vLLM AsyncLLM direct ({'eager' if args.quick else 'CUDA graphs'}) ...", flush=True)
+        payload = _in_child(_direct_async, env, *run_args)
+        direct = row("vllm", "AsyncLLM direct, log-probs", len(prompts), *payload["logprobs"])
+        direct_lora = row("vllm", "AsyncLLM direct + LoRA, log-probs", len(prompts), *payload["lora"]) if lora_path else None
+    else:
+        print(f"vLLM direct engine ({'eager' if args.quick else 'CUDA graphs'}) ...", flush=True)
+        payload = _in_child(_direct_vllm, env, *run_args)
+        direct = row("vllm", "direct, log-probs", len(prompts), *payload["logprobs"])
+        row("vllm", "direct, no log-probs (reference)", len(prompts), *payload["no_logprobs"])
+        direct_lora = row("vllm", "direct + LoRA, log-probs", len(prompts), *payload["lora"]) if lora_path else None
 
     print("vLLM through kforge (worker process + pipe) ...", flush=True)
     t0 = time.perf_counter()
@@ -227,6 +287,8 @@ def main() -> int:
     p.add_argument("--backend", default="both", choices=["vllm", "hf", "both"])
     p.add_argument("--shape", default=None, choices=sorted(SHAPES))
     p.add_argument("--lora", action="store_true", help="also compare with a LoRA adapter active (vLLM)")
+    p.add_argument("--direct", default="llm", choices=["llm", "async"],
+                   help="the direct reference: LLM.generate (one batch call) or AsyncLLM (the engine kforge drives)")
     p.add_argument("--prompts", type=int, default=None)
     p.add_argument("--tokens", type=int, default=None)
     p.add_argument("--reps", type=int, default=None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Section(BaseModel):
@@ -216,12 +215,11 @@ class PlacementConfig(Section):
     eval: list[int] = Field(default_factory=list)
 
 
-class KforgeConfig(BaseSettings):
-    """The whole resolved configuration of one run."""
+class KforgeConfig(BaseModel):
+    """The whole resolved configuration of one run. A plain model: the KFORGE_* environment is read by the
+    loader alone (one parser for every layer), never by constructing this class."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="KFORGE_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
-    )
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     preset: str | None = Field(None, description="name of the preset this config started from")
     max_steps: int | None = Field(None, gt=0, description="stop after this many steps")

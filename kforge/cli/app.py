@@ -70,6 +70,9 @@ def _click_errors() -> tuple[type, type, tuple[type, ...]]:
 
 def main(args: Optional[list[str]] = None) -> None:
     """Run a command; a usage error is one line on stderr and exit 2, Ctrl-C exit 130."""
+    from kforge.ui.console import quiet_libraries
+
+    quiet_libraries()
     usage_error, click_error, aborts = _click_errors()
     args = sys.argv[1:] if args is None else args
     command, prog = app, "kforge"

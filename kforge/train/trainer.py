@@ -178,11 +178,13 @@ class Trainer:
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
             if status == "failed":
                 self._save_what_we_can()
-            self.run.set_status(status, step=self.step, error=f"{type(exc).__name__}: {exc}"[:500])
+            why = {"error": f"{type(exc).__name__}: {exc}"[:500]} if status == "failed" else {"stopped_by": "signal"}
+            self.run.set_status(status, step=self.step, **why)
             raise
         finally:
             sinks.close()
-        self.run.set_status(status, step=self.step, total_steps=self.total_steps)
+        by = {"stopped_by": "signal" if self._stop.requested else "stop file"} if status == "stopped" else {}
+        self.run.set_status(status, step=self.step, total_steps=self.total_steps, **by)
         return status
 
     def run_blocking(self) -> str:

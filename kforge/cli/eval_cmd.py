@@ -93,7 +93,7 @@ def evaluate(
     try:
         flags = flag_overrides(level, problems, source, backend, temperature, turns, baseline, user)
         plan = build_eval(EvalRequest(target, user + flags, preset, config, split, samples, out, candidates, step,
-                                      resume, gpus, runs_dir))
+                                      resume, gpus, runs_dir, dry_run))
     except EvalSetupError as exc:
         raise fail(str(exc)) from None
     if plan.target is not None:

@@ -37,6 +37,7 @@ class EvalRequest:
     resume: bool = False
     gpus: str | None = None
     runs_dir: str = "runs"
+    dry_run: bool = False  # lists the plan only: an existing results file is no obstacle
 
 
 @dataclass
@@ -132,7 +133,7 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     out = req.out or default_out(req, target, run_config, split)
     what = str(req.candidates) if req.candidates is not None else target.description
     selection = {"target": what, "split": split, "problems": sorted(p.key for p in selected)}
-    if out.exists():
+    if out.exists() and not req.dry_run:
         if not req.resume:
             raise EvalSetupError(f"{out} exists; pass --resume to continue it or --out to write elsewhere")
         check_resumable(out, selection)

@@ -160,6 +160,8 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         status = "stopped"
+        if run.read_status().get("status") != "stopped":  # interrupted before the loop could say so
+            run.set_status("stopped", stopped_by="signal")
     except Exception as exc:
         log.exception("run failed")
         if run.read_status().get("status") != "failed":

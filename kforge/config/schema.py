@@ -130,6 +130,8 @@ class LearnerConfig(Section):
     advantage_baseline: Literal["mean", "leave_one_out"] = "mean"
     normalize_std: bool | None = Field(None, description="None = by loss: grpo yes, dr_grpo no")
     remove_constant_reward_groups: bool = True
+    drop_truncated: bool = Field(False, description="leave responses cut at rollout.max_tokens out of the loss "
+                                 "(they still count in their group's advantage baseline)")
     clip_low: float = Field(0.2, ge=0.0)
     clip_high: float = Field(0.28, ge=0.0)
     is_clip: float = Field(2.0, gt=0.0, description="truncated importance-sampling cap C")

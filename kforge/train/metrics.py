@@ -46,6 +46,7 @@ def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int], per_
     out["rate/compiled"] = sum(1 for v in verdicts if v.status.compiled) / n
     out["rate/correct"] = sum(1 for v in verdicts if v.correct) / n
     out["rate/flagged"] = sum(1 for v in verdicts if v.flags) / n
+    out["rate/truncated"] = sum(1 for t in turns if t.truncated) / n  # cut at rollout.max_tokens
     for status in Status:
         count = sum(1 for v in verdicts if v.status is status)
         if count:

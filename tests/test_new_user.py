@@ -134,3 +134,25 @@ def test_train_refuses_an_index_that_leaks_its_held_out_problems(tmp_path, clean
     line = one_line_exit_2(res)
     assert "does not leave out" in line and "kforge rag build --preset tiny" in line
     assert not (tmp_path / "runs" / "r").exists()
+
+
+def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(tmp_path, clean_env):
+    pytest.importorskip("faiss")
+    from kforge.cli.train import _check_rag_index
+    from kforge.problems import problems_from_config, split_problems
+
+    out = tmp_path / "idx"
+    res = kforge("rag", "build", "--preset", "tiny", "--corpus", "builtin", "--out", str(out))
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+    assert "embedding: 12/12" in res.stdout  # progress in plain lines off a terminal
+    guard = json.loads((out / "manifest.json").read_text())["leak_guard"]
+    tiny = resolve("tiny").config
+    held_out = split_problems(problems_from_config(tiny.dataset), tiny.dataset.test_fraction, tiny.dataset.seed)[1]
+    assert guard["held_out_of"] == {"preset": "tiny", "source": "builtin", "split": "test"}
+    assert sorted(guard["protected"]) == sorted(p.key for p in held_out)
+    ok = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}"]).config
+    _check_rag_index(ok)  # the run it was built for: accepted
+    other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
+                                       "dataset.test_fraction=0.5"]).config
+    with pytest.raises(typer.Exit):
+        _check_rag_index(other)  # more held-out problems than the index leaves out

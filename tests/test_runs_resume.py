@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from kforge.config.loader import resolve, to_yaml
-from kforge.runs.folder import RunFolder, append_jsonl, drop_torn_line
+from kforge.runs.folder import RunFolder, append_jsonl
 
 
 def _train(*args):
@@ -35,6 +35,8 @@ def _snapshot(folder):
 
 
 def test_torn_metrics_line_is_dropped_with_a_copy_and_appends_stay_whole(tmp_path):
+    from kforge.runs.folder import drop_torn_line
+
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2, "rew')
     append_jsonl(path, {"step": 2})  # even before any repair, the new record is a line of its own
@@ -60,6 +62,8 @@ def test_a_damaged_trainer_state_falls_back_to_the_previous_checkpoint(tmp_path)
     run = _run(tmp_path, "crashed", 3)
     (run.path / "checkpoints" / "step_000003" / "trainer_state.json").write_text('{"step": 3, "samp')
     assert run.last_checkpoint()["step"] == 0
+    res = _train("--resume", str(run.path), "--plain", f"dataset.source={tmp_path / 'gone.jsonl'}")
+    assert "step_000003/trainer_state.json is damaged" in res.stdout and "Traceback" not in res.stderr
     [line] = run.damaged_checkpoints()
     assert "step_000003/trainer_state.json is damaged" in line
 

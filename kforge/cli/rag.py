@@ -51,7 +51,9 @@ BUILD_HELP = (
     "manifest.json into --out. It says how many entries each corpus gave. A requested corpus that cannot be "
     "read (no network, no `datasets` package) stops the build unless --allow-partial is given; offline, "
     "`--corpus builtin` indexes the built-in suite alone.\n\n"
-    "Example: kforge rag build --backend triton --corpus kernelbook --corpus my_pairs.jsonl"
+    "The leak guard leaves out the held-out problems of the preset named with --preset (`default` without "
+    "it), and the manifest records them: `kforge train` refuses an index that would leak its own.\n\n"
+    "Example: kforge rag build --preset raicl --corpus builtin --corpus kernelbook"
 )
 QUERY_HELP = (
     "Show the examples an RA-ICL prompt would get for one problem, with their similarity scores.\n\n"

@@ -2,8 +2,7 @@
 # runs the tests; `make gpu` adds what a GPU run needs. All create .venv on first use and reuse it.
 PYTHON ?= python3
 VENV ?= .venv
-# A CPU-only machine would otherwise pull a multi-GB CUDA build of torch; on a GPU workstation use e.g.
-# `make setup TORCH_SPEC="torch==2.11.0"` (vLLM 0.23 pins torch 2.11) or keep the torch you have.
+# The torch of the base set-up (a GPU workstation then runs `make gpu`, where vLLM picks its own torch).
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= rag,plots,dev
 BIN := $(VENV)/bin

@@ -1,5 +1,6 @@
-"""Responses cut at max_tokens: the episode marks them, the step reports their share, and
-`learner.drop_truncated` leaves them out of the loss (not out of their group's baseline)."""
+"""Step metrics TRL users expect. Responses cut at max_tokens: the episode marks them, the step reports
+their share, and `learner.drop_truncated` leaves them out of the loss (not out of their group's baseline).
+Peak GPU memory of each role over a step."""
 
 from test_episode import KERNEL, NOT_A_MODEL, ScriptedBackend, answer, grade_by_parsing, make_cfg, problems, run, tok  # noqa: F401
 
@@ -41,3 +42,24 @@ def test_truncated_turns_are_marked_reported_and_can_be_left_out(tok, problems):
     assert len(trimmed) == 2 and stats["truncated_left_out"] == 2.0
     # The baseline still saw all four: the kept samples' advantages are those of the full group.
     assert sorted(s.advantage for s in trimmed) == sorted(s.advantage for s in kept if s.advantage > 0)
+
+
+def test_peak_gpu_memory_per_role_over_a_step():
+    """No GPU here: the readings nvidia-smi would give are the edge stood in for."""
+    from kforge.gpus import Gpu
+    from kforge.train.gpu import PeakMemory
+    from kforge.train.placement import Plan
+
+    readings = iter([[9.0, 30.0], [20.0, 31.0], [12.0, 30.5], [5.0, 5.0]])
+
+    def query():
+        used = next(readings)
+        return [Gpu(str(i), f"GPU-{i}", "H100", 81559.0, mib * 1024, "550") for i, mib in enumerate(used)], "test"
+
+    peaks = PeakMemory(Plan(["0", "1"], rollout=[1], learner=[0], eval=[0]), query=query)
+    for _ in range(3):
+        peaks.sample()  # during one step: the learner's backward pass peaks at 20 GB
+    assert peaks.take() == {"gpu/learner/peak_mem_gb": 20.0, "gpu/eval/peak_mem_gb": 20.0,
+                            "gpu/rollout/peak_mem_gb": 31.0}
+    peaks.sample()
+    assert peaks.take()["gpu/learner/peak_mem_gb"] == 5.0  # the next step starts over

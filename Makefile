@@ -1,14 +1,17 @@
-# Two entry points (see README): `make tiny` sets up and trains the tiny preset; `make test` sets up and
-# runs the tests. Both create .venv on first use and reuse it afterwards.
+# Entry points (see README): `make tiny` sets up and trains the tiny preset; `make test` sets up and
+# runs the tests; `make gpu` adds what a GPU run needs. All create .venv on first use and reuse it.
 PYTHON ?= python3
 VENV ?= .venv
-# A CPU-only machine would otherwise pull a multi-GB CUDA build of torch; on a GPU workstation use e.g.
-# `make setup TORCH_SPEC="torch==2.11.0"` (vLLM 0.23 pins torch 2.11) or keep the torch you have.
+# The torch of the base set-up (a GPU workstation then runs `make gpu`, where vLLM picks its own torch).
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= rag,plots,dev
 BIN := $(VENV)/bin
 
-.PHONY: setup tiny test clean-venv
+# The GPU set: vLLM brings the torch build it was made for (vLLM 0.23 pins torch 2.11), replacing the
+# CPU torch of `make setup`; datasets for `problems fetch --via hf` and the default `rag build` corpus.
+GPU_EXTRAS ?= rag,plots,dev,gpu,hf
+
+.PHONY: setup tiny test gpu clean-venv
 
 $(BIN)/kforge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +24,11 @@ $(BIN)/kforge: pyproject.toml
 	touch $(BIN)/kforge
 
 setup: $(BIN)/kforge
+
+# Runs every time (not only when pyproject.toml changed), so it works after `make tiny` too.
+gpu: setup
+	$(BIN)/python -m pip install -q -e ".[$(GPU_EXTRAS)]"
+	$(BIN)/kforge doctor --preset kevin || true
 
 tiny: setup
 	$(BIN)/kforge train --preset tiny

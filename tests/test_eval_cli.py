@@ -53,6 +53,7 @@ def test_given_kernels_results_file(solutions, tmp_path):
     doc["samples"] = [s for s in doc["samples"] if s["level"] == 1]
     assert all(s["verdict"]["status"] == "correct" and s["turns"][0]["code"] for s in doc["samples"])
     assert "fast_1" in res.stdout
+    assert f"wrote {out}" in res.stdout  # says where the results are
 
 
 def test_resume_redoes_only_missing_samples(solutions, tmp_path):

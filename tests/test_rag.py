@@ -382,7 +382,8 @@ def test_cli_help_build_query_and_refusals(jsonl_index, tmp_path):
     assert json.loads((out / MANIFEST_FILE).read_text())["count"] == 2
 
     assert f"corpus {small}: 2 entries indexed" in " ".join(result.output.split())
-    result = runner.invoke(app, ["rag", "build", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(out)])
+    result = runner.invoke(app, ["rag", "build", "--preset", "tiny", "--corpus", str(tmp_path / "missing.jsonl"),
+                                 "--out", str(out)])
     assert result.exit_code == 2 and "does not exist" in result.output
     # A requested hub corpus offline: a clear no, or a partial index when asked for one.
     partial = tmp_path / "partial-index"

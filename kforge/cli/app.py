@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Optional
+
 import typer
 
 from kforge.cli import check, config_cmd, eval_cmd, problems, rag, runs, train
@@ -16,7 +19,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kforge import __version__
+
+        print(f"kforge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                           help="print the version and exit"),
+) -> None:
+    """Teach an LLM to write fast GPU kernels with multi-turn RL on one workstation."""
 
 app.command("train", help="GRPO/LoRA training with a live dashboard; writes runs/NAME.")(train.train)
 app.command("eval", help="Generate and evaluate on KernelBench problems: fast_p, correctness, speedups.")(
@@ -27,14 +47,56 @@ app.command("doctor", help="Check what a run needs on this machine and how to fi
 app.command("export", help="Write a run's adapter as a clean PEFT folder, or a merged Hugging Face model.")(
     export.export
 )
+# `kforge eval TARGET` takes a positional target, so `compare` cannot be its subcommand: `main` sends
+# `kforge eval compare ...` here, where it has its own options and help.
+compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                          context_settings={"help_option_names": ["-h", "--help"]})
+compare_app.command(help="Compare two eval results files on the problems both hold.")(eval_cmd.compare)
 app.add_typer(rag.app, name="rag")
 app.add_typer(runs.app, name="runs", help="The runs on disk: ls, show, stop, logs, watch, tb, rm.")
 app.add_typer(problems.app, name="problems", help="List and show the problems a source provides.")
 app.add_typer(config_cmd.app, name="config", help="Show the resolved config and where each value came from.")
 
 
-def main() -> None:
-    app()
+def _click_errors() -> tuple[type, type, tuple[type, ...]]:
+    """(UsageError, ClickException, Abort types) of the click that this typer runs on: recent typer
+    carries its own copy of click, older typer uses click itself."""
+    try:
+        from typer._click import exceptions as errors
+    except ImportError:  # typer that runs on click itself
+        from click import exceptions as errors
+    return errors.UsageError, errors.ClickException, (getattr(errors, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt)
+
+
+def main(args: Optional[list[str]] = None) -> None:
+    """Run a command; a usage error is one line on stderr and exit 2, Ctrl-C exit 130."""
+    from kforge.ui.console import quiet_libraries
+
+    quiet_libraries()
+    usage_error, click_error, aborts = _click_errors()
+    args = sys.argv[1:] if args is None else args
+    command, prog = app, "kforge"
+    if args[:2] == ["eval", "compare"]:
+        command, args, prog = compare_app, args[2:], "kforge eval compare"
+    try:
+        code = command(args=args, prog_name=prog, standalone_mode=False)
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `kforge` or `kforge runs`: its help
+            print(exc.format_message())
+            code = 0
+        else:
+            where = exc.ctx.command_path if exc.ctx is not None else "kforge"
+            print(f"error: {exc.format_message()} (see `{where} --help`)", file=sys.stderr)
+            code = 2
+    except click_error as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        code = exc.exit_code
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except aborts:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

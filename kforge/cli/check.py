@@ -37,7 +37,11 @@ def _load_problem(spec: str, source: str) -> Any:
 
     path = Path(spec).expanduser()
     if spec.endswith(".py") and path.is_file():  # a KernelBench-format problem file
-        return Problem(level=0, problem_id=0, name=path.stem, code=path.read_text(), source=f"file:{path}")
+        try:
+            code = path.read_text()
+        except (UnicodeDecodeError, ValueError):
+            raise fail(f"problem file {path} is not a text file; give a KernelBench-format .py file") from None
+        return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
     try:
         return find_problem(load_problems(source), spec)
     except ProblemSourceError as exc:
@@ -102,14 +106,17 @@ def check(
         if candidate is None:
             return
     if candidate is None:
-        raise fail("missing CANDIDATE: give the kernel file to check, e.g. `kforge check solution.py --problem 1/19`")
+        raise fail("missing CANDIDATE: give the kernel file to check, e.g. `kforge check solution.py --problem 1/3`")
     if not candidate.is_file():
         raise fail(f"candidate file not found: {candidate}")
     if problem is None:
-        raise fail("missing --problem: name the problem, e.g. --problem 1/19 (see `kforge problems ls`)")
+        raise fail("missing --problem: name the problem, e.g. --problem 1/3 (see `kforge problems ls`)")
     if backend not in ("triton", "cuda"):
         raise fail(f"unknown backend {backend!r}: use triton or cuda")
-    code = candidate.read_text()
+    try:
+        code = candidate.read_text()
+    except (UnicodeDecodeError, ValueError):
+        raise fail(f"candidate {candidate} is not a text file; give the kernel's .py source") from None
     prob = _load_problem(problem, source)
 
     from kforge.config.schema import EvaluatorConfig

@@ -10,7 +10,13 @@ import typer
 from kforge.config.loader import ConfigError, ResolvedConfig, resolve
 from kforge.ui.console import fail
 
-PresetOpt = typer.Option(None, "--preset", "-p", help="preset name (presets/NAME.yaml): tiny, kevin, raicl, default")
+def _preset_help() -> str:
+    from kforge.config.loader import preset_names
+
+    return f"preset name (presets/NAME.yaml): {', '.join(preset_names())}; default: default"
+
+
+PresetOpt = typer.Option(None, "--preset", "-p", help=_preset_help())
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML file layered over the preset")
 OverridesArg = typer.Argument(None, help="key.sub=value overrides, e.g. dataset.batch_size=8", show_default=False)
 

@@ -23,12 +23,13 @@ def show(
     as_yaml: bool = typer.Option(False, "--yaml", help="print a YAML file that --config accepts back"),
 ) -> None:
     """Print the resolved config; each value with the layer that set it (default, preset, --config, env, command line)."""
+    preset = preset or "default"  # what `kforge train` and `kforge doctor` run without --preset
     resolved = load_config(preset, config, overrides)
     if as_yaml:
         # Plain print: the output is meant to be redirected into a file.
         print(to_yaml(resolved.config), end="")
         return
-    table = Table(title=f"kforge config (preset: {preset or 'none'})", show_lines=False)
+    table = Table(title=f"kforge config (preset: {preset})", show_lines=False)
     table.add_column("key", style="cyan", no_wrap=True)
     table.add_column("value")
     table.add_column("from", style="dim")

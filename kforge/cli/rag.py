@@ -51,7 +51,9 @@ BUILD_HELP = (
     "manifest.json into --out. It says how many entries each corpus gave. A requested corpus that cannot be "
     "read (no network, no `datasets` package) stops the build unless --allow-partial is given; offline, "
     "`--corpus builtin` indexes the built-in suite alone.\n\n"
-    "Example: kforge rag build --backend triton --corpus kernelbook --corpus my_pairs.jsonl"
+    "The leak guard leaves out the held-out problems of the preset named with --preset (`default` without "
+    "it), and the manifest records them: `kforge train` refuses an index that would leak its own.\n\n"
+    "Example: kforge rag build --preset raicl --corpus builtin --corpus kernelbook"
 )
 QUERY_HELP = (
     "Show the examples an RA-ICL prompt would get for one problem, with their similarity scores.\n\n"
@@ -103,6 +105,7 @@ def build(
     """`kforge rag build` (help text: BUILD_HELP)."""
     from kforge.rag import Embedder, RagError, build_index
 
+    preset = preset or "default"  # the preset `kforge train` runs without --preset: its held-out set is protected
     cfg = load_config(preset, config, overrides).config
     backend = backend or cfg.dataset.backend
     if backend not in ("triton", "cuda"):
@@ -127,7 +130,20 @@ def build(
         )
     except RagError as exc:
         raise fail(str(exc)) from None
+    if protected is not None:
+        _record_held_out(out_dir, preset, cfg.dataset.source, protect)
     _print_report(report)
+
+
+def _record_held_out(out_dir: Path, preset: str, source: str, protect: Optional[list[str]]) -> None:
+    """Say in the manifest whose held-out problems the index leaves out, for `kforge train` to check."""
+    from kforge.runs.folder import atomic_write_text
+
+    path = Path(out_dir) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    what = {"sources": list(protect)} if protect else {"preset": preset, "source": source, "split": "test"}
+    manifest.setdefault("leak_guard", {})["held_out_of"] = what
+    atomic_write_text(path, json.dumps(manifest, indent=2))
 
 
 def _protected_problems(dataset: "DatasetConfig", sources: Optional[list[str]]) -> list["Problem"]:
@@ -154,7 +170,15 @@ def _run_build(run: "BuildRun") -> "BuildReport":
         def stage(message: str) -> None:
             console.print(escape(message), highlight=False, soft_wrap=True)
 
-        return run(None, stage)
+        shown = [-1]
+
+        def plain_progress(done: int, total: int) -> None:
+            tenth = done * 10 // total if total else 0
+            if tenth != shown[0] or done == total:
+                shown[0] = tenth
+                print(f"embedding: {done}/{total}", flush=True)
+
+        return run(plain_progress, stage)
 
     from rich.progress import (
         BarColumn,

@@ -61,7 +61,7 @@ def show(
     plot: bool = typer.Option(False, "--plot", help="write PNG plots of reward, correctness and speedup"),
     as_json: bool = typer.Option(False, "--json"),
     step: Optional[int] = typer.Option(None, "--step", help="print that step's trajectories (its transcript)"),
-    problem: Optional[str] = typer.Option(None, "--problem", help="with --step: only this problem (e.g. 1/19)"),
+    problem: Optional[str] = typer.Option(None, "--problem", help="with --step: only this problem (e.g. 1/3)"),
 ) -> None:
     """One run in detail: status, config origin, latest metrics, checkpoints; with --step, a transcript."""
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ import typer
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.config.loader import ConfigError, resolve, to_yaml
-from kforge.runs.folder import RunFolder, find_run
+from kforge.runs.folder import (CHECKPOINTS_FILE, METRICS_FILE, STATUS_FILE, RunFolder, atomic_write_text,
+                                drop_torn_line, find_run)
 from kforge.ui.console import console, fail, setup_logging
 
 log = logging.getLogger("kforge.train")
@@ -39,48 +41,107 @@ def train(
     if runs_dir is not None:
         extra.append(f"log.runs_dir={runs_dir}")
 
+    try:
+        placement = parse_gpus_option(gpus) if gpus else {}
+    except PlacementError as exc:  # before any folder is made: a typo leaves nothing behind
+        raise fail(str(exc)) from None
     if resume:
-        try:
-            run = find_run(resume, runs_dir or "runs")
-        except FileNotFoundError as exc:
-            raise fail(str(exc)) from None
-        try:
-            resolved = resolve(None, run.config_path, extra)
-        except ConfigError as exc:
-            raise fail(str(exc)) from None
+        run, resolved = _resume_target(resume, runs_dir, extra, max_steps, overrides)
         cfg = resolved.config
-        if run.effective_status() == "running":
-            raise fail(f"run {run.name} is still running (pid {run.read_status().get('pid')}); stop it first")
     else:
         resolved = load_config(preset or "default", config, extra)
         cfg = resolved.config
+    _check_rag_index(cfg)
+    try:  # before any folder is made: a typo leaves nothing behind
+        plan = plan_placement(None, {**{k: v for k, v in cfg.placement.model_dump().items() if v}, **placement})
+    except PlacementError as exc:
+        raise fail(str(exc)) from None
+    if not resume:
         run_name = cfg.log.run_name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
         cfg.log.run_name = run_name
         try:
             run = RunFolder.create(cfg.log.runs_dir, run_name, to_yaml(cfg))
-        except FileExistsError as exc:
+        except (FileExistsError, ValueError) as exc:
             raise fail(str(exc)) from None
+    before = run.read_status()
 
     setup_logging()
     file_handler = logging.FileHandler(run.log_path)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("kforge").addHandler(file_handler)
-
-    try:
-        placement = {k: v for k, v in cfg.placement.model_dump().items() if v}
-        placement.update(parse_gpus_option(gpus) if gpus else {})
-        plan = plan_placement(None, placement)
-    except PlacementError as exc:
-        run.set_status("failed", error=str(exc))
-        raise fail(str(exc)) from None
     console.print(plan.describe(), highlight=False, soft_wrap=True)
-    status = _run(cfg, run, plan, resume=bool(resume), plain=plain)
+    try:
+        status = _run(cfg, run, plan, resume=bool(resume), plain=plain)
+    finally:
+        if resume and before.get("status") == "finished" and run.read_status().get("status") == "failed":
+            # A failed attempt to extend a finished run does not make the finished run a failed one.
+            atomic_write_text(run.path / STATUS_FILE, json.dumps(before, indent=2))
     console.print(f"run {run.name}: {status} at step {run.summary()['steps']} -> {run.path}", highlight=False)
     if status == "failed":
-        error = run.read_status().get("error")
+        error = run.read_status().get("error") if before.get("status") != "finished" else None
         if error:
             console.print(f"reason: {error.splitlines()[0]}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+    if status == "stopped" and _interrupted(run):
+        raise typer.Exit(130)
+
+
+def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str], max_steps: Optional[int],
+                   overrides: Optional[list[str]]):
+    """The run to continue and its config; a finished run with nothing new to do ends here (exit 0)."""
+    try:
+        run = find_run(spec, runs_dir or "runs")
+    except FileNotFoundError as exc:
+        raise fail(str(exc)) from None
+    try:
+        resolved = resolve(None, run.config_path, extra)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    status = run.effective_status()
+    if status == "running":
+        raise fail(f"run {run.name} is still running (pid {run.read_status().get('pid')}); stop it first")
+    done = run.read_status().get("step") or run.summary()["steps"]
+    if status == "finished" and not overrides and (max_steps is None or max_steps <= done):
+        console.print(f"run {run.name} is finished at step {done}; nothing to resume. To train it further: "
+                      f"kforge train --resume {run.name} --max-steps {done + max(1, done)}", highlight=False,
+                      soft_wrap=True)
+        raise typer.Exit(0)
+    for line in run.damaged_checkpoints():
+        console.print(f"warning: {line}; resuming from an earlier checkpoint", highlight=False, soft_wrap=True)
+    for name in (METRICS_FILE, CHECKPOINTS_FILE):
+        kept = drop_torn_line(run.path / name)
+        if kept:
+            console.print(f"{name} ended in a torn line (a crash mid-write); dropped it, a copy is in {kept}",
+                          highlight=False, soft_wrap=True)
+    return run, resolved
+
+
+def _check_rag_index(cfg) -> None:
+    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
+    the very problems the run is measured on to the prompts."""
+    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
+
+    ds = cfg.dataset
+    manifest_path = Path(ds.rag_index_path or "") / "manifest.json"
+    if ds.prompt_option != "raicl" or not ds.rag_index_path or not manifest_path.is_file():
+        return  # no index to check here; the run's set-up reports a missing one
+    try:
+        guard = json.loads(manifest_path.read_text()).get("leak_guard")
+        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
+    except (ValueError, OSError, AttributeError, ProblemSourceError):
+        return
+    if not isinstance(guard, dict):
+        return  # an index from before the leak guard recorded anything: nothing to compare
+    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
+    if missing:
+        raise fail(f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
+                   f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])}); rebuild it for this "
+                   f"config: kforge rag build --preset {cfg.preset or 'default'} --out {ds.rag_index_path}")
+
+
+def _interrupted(run: RunFolder) -> bool:
+    """Stopped by Ctrl-C (or SIGTERM) rather than by `kforge runs stop`."""
+    return run.read_status().get("stopped_by") == "signal"
 
 
 def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
@@ -90,7 +151,8 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
     trainer = None
     try:
         trainer = build_trainer(cfg, run, plan, resume)
-        with Dashboard(console, run.name, trainer.total_steps, plan.describe(), live=False if plain else None) as dash:
+        with Dashboard(console, run.name, trainer.total_steps, plan.describe(), live=False if plain else None,
+                       start_step=trainer.step) as dash:
             trainer.dashboard = dash
             status = trainer.run_blocking()
     except SetupError as exc:
@@ -98,6 +160,8 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         status = "stopped"
+        if run.read_status().get("status") != "stopped":  # interrupted before the loop could say so
+            run.set_status("stopped", stopped_by="signal")
     except Exception as exc:
         log.exception("run failed")
         if run.read_status().get("status") != "failed":

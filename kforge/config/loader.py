@@ -2,13 +2,16 @@
 
 Each layer is read into a plain nested dict first, so that an unknown or invalid key can be reported
 with the layer it came from and the closest valid key, and so that ``config show`` can say which layer
-set every value. The merged dict is then validated once by the pydantic-settings model.
+set every value. The merged dict is then validated once by the schema model; the environment is read here
+only (the schema itself never looks at it).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -66,6 +69,10 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{what}: file {path} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what}: {path} is a folder; give a YAML file (e.g. kforge config show --yaml > my.yaml)") from None
+    except (UnicodeDecodeError, ValueError):
+        raise ConfigError(f"{what}: {path} is not a text file; give a YAML file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -77,12 +84,31 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def parse_scalar(text: str) -> Any:
-    """Values on the command line and in the environment are YAML scalars or flow lists."""
+def parse_scalar(text: str, path: list[str] | None = None) -> Any:
+    """Values on the command line and in the environment are YAML scalars or flow lists, except for a text
+    field (`path` names the key): there the text is kept as written, so `log.run_name=20250101` or
+    `model.name=yes` stay text instead of becoming a number, a date or a boolean. `null` still clears it."""
+    if path is not None and _is_text_field(path) and text.strip() not in ("null", "~"):
+        return text
     try:
         return yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError:
         return text
+
+
+def _is_text_field(path: list[str]) -> bool:
+    model = _model_at(path[:-1])
+    info = model.model_fields.get(path[-1]) if model is not None else None
+    if info is None:
+        return False
+    ann = info.annotation
+    options = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    for option in options:
+        if option is str:
+            return True
+        if typing.get_origin(option) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(option)):
+            return True
+    return False
 
 
 def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
@@ -101,7 +127,8 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         key = key.strip().lstrip("-")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not key.sub=value (e.g. dataset.batch_size=8)")
-        set_path(tree, key.split("."), parse_scalar(value))
+        path = key.split(".")
+        set_path(tree, path, parse_scalar(value, path))
     return tree
 
 
@@ -111,7 +138,7 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith(ENV_PREFIX) or name in RESERVED_ENV:
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
-        set_path(tree, path, parse_scalar(value))
+        set_path(tree, path, parse_scalar(value, path))
     return tree
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Section(BaseModel):
@@ -133,6 +132,8 @@ class LearnerConfig(Section):
     advantage_baseline: Literal["mean", "leave_one_out"] = "mean"
     normalize_std: bool | None = Field(None, description="None = by loss: grpo yes, dr_grpo no")
     remove_constant_reward_groups: bool = True
+    drop_truncated: bool = Field(False, description="leave responses cut at rollout.max_tokens out of the loss "
+                                 "(they still count in their group's advantage baseline)")
     clip_low: float = Field(0.2, ge=0.0)
     clip_high: float = Field(0.28, ge=0.0)
     is_clip: float = Field(2.0, gt=0.0, description="truncated importance-sampling cap C")
@@ -218,12 +219,11 @@ class PlacementConfig(Section):
     eval: list[int] = Field(default_factory=list)
 
 
-class KforgeConfig(BaseSettings):
-    """The whole resolved configuration of one run."""
+class KforgeConfig(BaseModel):
+    """The whole resolved configuration of one run. A plain model: the KFORGE_* environment is read by the
+    loader alone (one parser for every layer), never by constructing this class."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="KFORGE_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
-    )
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     preset: str | None = Field(None, description="name of the preset this config started from")
     max_steps: int | None = Field(None, gt=0, description="stop after this many steps")

@@ -84,7 +84,7 @@ def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[l
 
     normalize = uses_std(cfg)
     samples: list[Sample] = []
-    dropped = 0
+    dropped = truncated = 0
     for (problem_key, turn_index), turns in groups.items():
         returns = [t.return_ for t in turns]
         if cfg.remove_constant_reward_groups and max(returns) - min(returns) <= 1e-12:
@@ -94,6 +94,9 @@ def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[l
             continue
         for turn, adv in zip(turns, group_advantages(returns, cfg.advantage_baseline, normalize)):
             turn.advantage = adv
+            if cfg.drop_truncated and turn.truncated:
+                truncated += 1
+                continue  # in the baseline, not in the loss
             samples.append(
                 Sample(
                     prompt_ids=list(turn.prompt_ids),
@@ -113,6 +116,7 @@ def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[l
         "groups_kept": float(len(groups) - dropped),
         "groups_dropped": float(dropped),
         "rejected_low_coverage": float(rejected),
+        "truncated_left_out": float(truncated),
         "samples": float(len(samples)),
         "return_mean": _mean(all_returns),
         "return_std": _std(all_returns),

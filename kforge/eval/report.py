@@ -129,3 +129,13 @@ def _summary(outcomes: list[SampleOutcome], ks: tuple[int, ...]) -> Summary:
     out["flagged_rate"] = rate(lambda o: o.verdict is not None and bool(o.verdict.flags))
     out["timed"] = bool(speedups)
     return out
+
+
+def outcomes_from_samples(records: Iterable[dict]) -> list[SampleOutcome]:
+    """The outcomes of a results file's `samples` (best verdict across turns and turn 1's)."""
+    out = []
+    for rec in records:
+        best = Verdict.from_dict(rec["verdict"]) if rec.get("verdict") else None
+        first = rec["turns"][0].get("verdict") if rec.get("turns") else None
+        out.append(SampleOutcome(rec["problem_key"], rec["level"], best, Verdict.from_dict(first) if first else None))
+    return out

@@ -157,6 +157,7 @@ class EvalRun:
     candidates: list[tuple[Problem, int, str]] | None = None
     devices: list[int] | None = None
     on_progress: Callable[[str, int, int], None] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)  # what the numbers mean, kept in every write
     results: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
     def load_previous(self) -> int:
@@ -203,6 +204,7 @@ class EvalRun:
             "machine": platform.node(),
             "time": time.time(),
             "config": self.cfg.model_dump(mode="json"),
+            **self.meta,
             "samples": ordered,
         }
         self.out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,8 @@ PACKAGES = (
     PackageSpec("sentence-transformers", "sentence_transformers", ("sentence-transformers",), "3.0",
                 "pip install 'kforge[rag]'"),
     PackageSpec("tensorboard", "tensorboard", ("tensorboard",), None, "pip install tensorboard"),
+    PackageSpec("datasets", "datasets", ("datasets",), "2.19", "pip install 'kforge[hf]'"),
+    PackageSpec("wandb", "wandb", ("wandb",), "0.17", "pip install 'kforge[wandb]'"),
 )
 
 
@@ -95,6 +97,11 @@ def package_need(label: str, cfg: KforgeConfig, gpus_visible: bool) -> tuple[str
         else ("unused", f"prompt_option={cfg.dataset.prompt_option}"),
         "tensorboard": ("wanted", "log.tensorboard=true: without it metrics go to metrics.jsonl only")
         if cfg.log.tensorboard else ("unused", "log.tensorboard=false"),
+        "datasets": ("required", "dataset.source=hf") if cfg.dataset.source == "hf"
+        else ("unused", f"dataset.source={cfg.dataset.source}"),
+        # Without it the run goes on and logs to metrics.jsonl and TensorBoard only.
+        "wandb": ("wanted", f"log.wandb_project={cfg.log.wandb_project}: without it W&B is skipped")
+        if cfg.log.wandb_project else ("unused", "log.wandb_project is not set"),
     }
     if cfg.rollout.backend == "vllm":
         table["vllm"] = ("required", "rollout.backend=vllm")

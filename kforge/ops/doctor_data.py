@@ -190,6 +190,9 @@ def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
         rows.append(CheckResult("rag code", "fail", f"kforge.rag does not import: {exc}", "pip install 'kforge[rag]'"))
     embedder = next((manifest[k] for k in ("embedder", "embedding_model", "embed_model", "model") if manifest.get(k)), None)
     dim = next((manifest[k] for k in ("dim", "dimension", "embedding_dim") if isinstance(manifest.get(k), int)), None)
+    if isinstance(embedder, dict):  # `kforge rag build` writes {"name": ..., "dim": ...}
+        dim = embedder.get("dim") if isinstance(embedder.get("dim"), int) else dim
+        embedder = embedder.get("name")
     index_files = sorted(folder.glob("*.faiss")) or sorted(folder.glob("index*"))
     if not index_files:
         return rows + [CheckResult("rag index", "fail", f"{folder}: manifest but no *.faiss index file", f"rebuild: {build}")]

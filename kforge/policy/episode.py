@@ -119,6 +119,7 @@ async def run_episode(
             verdict=verdict,
             prompt_tokens=built.prompt_tokens,
             dropped_attempts=built.dropped_attempts,
+            truncated=completion.finish_reason == "length",
         )
         traj.turns.append(turn)
         turn.score, turn.reward_components = score(turn, traj)

@@ -37,6 +37,7 @@ class Turn:
     advantage: float = 0.0
     prompt_tokens: int = 0
     dropped_attempts: int = 0  # earlier attempts cut by the context budget
+    truncated: bool = False  # the response hit its max_tokens (finish_reason "length")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

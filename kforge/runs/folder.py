@@ -43,9 +43,35 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(record, default=_json_default) + "\n")
+    with open(path, "a+b") as fh:
+        # A line torn by a crash mid-append must not swallow this record: start it on a line of its own.
+        torn = fh.tell() > 0 and (fh.seek(-1, os.SEEK_END) or fh.read(1) != b"\n")
+        fh.write((("\n" if torn else "") + json.dumps(record, default=_json_default) + "\n").encode())
         fh.flush()
+
+
+def drop_torn_line(path: Path) -> str | None:
+    """Cut a torn last line (a crash mid-append) off a JSONL file, keeping it in `NAME.torn`; returns
+    the kept copy's path, or None when the file ends cleanly."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    if not tail.strip():
+        return None
+    try:
+        json.loads(tail)
+        return None  # a whole record that only lacks its newline
+    except ValueError:
+        pass
+    kept = Path(f"{path}.torn")
+    with open(kept, "ab") as fh:
+        fh.write(tail + b"\n")
+    with open(path, "r+b") as fh:
+        fh.truncate(cut)
+    return str(kept)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -97,9 +123,13 @@ class RunFolder:
 
     @classmethod
     def create(cls, runs_dir: str | Path, name: str, config_yaml: str) -> "RunFolder":
+        check_run_name(name)
         path = Path(runs_dir) / name
         if path.exists() and any(path.iterdir()):
-            raise FileExistsError(f"run folder {path} already exists; pick another --name or use --resume {path}")
+            if not cls(path).never_stepped():
+                raise FileExistsError(f"run folder {path} already exists; pick another --name or use --resume {path}")
+            # A start that failed before its first step (a typo, a missing dataset) holds nothing to keep.
+            shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         run = cls(path)
         atomic_write_text(path / CONFIG_FILE, config_yaml)
@@ -117,12 +147,22 @@ class RunFolder:
         current = self.read_status()
         now = time.time()
         record = {**current, **extra, "status": status, "updated": now}
+        if status != "failed" and "error" not in extra:
+            record.pop("error", None)  # an earlier attempt's error does not describe this state
+        if status != "stopped":
+            record.pop("stopped_by", None)
         if status in ("starting", "running"):
             record.update(pid=os.getpid(), host=socket.gethostname(), pid_started=psutil.Process().create_time())
             record.setdefault("started", now)
         else:
             record["ended"] = now
         atomic_write_text(self.path / STATUS_FILE, json.dumps(record, indent=2, default=_json_default))
+
+    def never_stepped(self) -> bool:
+        """A start that failed or crashed before any step: no metrics, no checkpoint past step 0."""
+        if self.effective_status() not in ("failed", "crashed", "unknown"):
+            return False
+        return not read_jsonl(self.path / METRICS_FILE) and not any(step > 0 for step in self.checkpoint_dirs())
 
     def effective_status(self) -> str:
         """The written status, except that a 'running' run whose process is gone is 'crashed'."""
@@ -153,11 +193,24 @@ class RunFolder:
         return read_jsonl(self.path / CHECKPOINTS_FILE)
 
     def last_checkpoint(self) -> dict[str, Any] | None:
-        """The newest checkpoint whose folder is complete on disk."""
+        """The newest checkpoint whose folder is complete on disk and whose trainer state is not damaged."""
         for record in reversed(self.checkpoints()):
-            if (self.path / record["path"]).is_dir():
+            if (self.path / record["path"]).is_dir() and checkpoint_damage(self.path / record["path"]) is None:
                 return record
         return None
+
+    def damaged_checkpoints(self) -> list[str]:
+        """One line per recorded checkpoint newer than `last_checkpoint()` that cannot be resumed from."""
+        last = self.last_checkpoint()
+        out = []
+        for record in reversed(self.checkpoints()):
+            if last is not None and record["step"] <= last["step"]:
+                break
+            ckpt = self.path / record["path"]
+            why = checkpoint_damage(ckpt) if ckpt.is_dir() else "its folder is missing"
+            if why:
+                out.append(f"{ckpt}: {why}")
+        return out
 
     # -- checkpoints: the layout lives here; the trainer, export and eval ask for paths ---------------
     def write_checkpoint(self, step: int, write_learner: Any, state: dict[str, Any], reason: str) -> Path:
@@ -257,6 +310,27 @@ def checkpoint_step(ckpt: Path) -> int | None:
     if ckpt.name.startswith(CKPT_PREFIX) and ckpt.name[len(CKPT_PREFIX):].isdigit():
         return int(ckpt.name[len(CKPT_PREFIX):])
     return None
+
+
+def checkpoint_damage(ckpt: Path) -> str | None:
+    """Why a checkpoint folder cannot be resumed from, or None."""
+    state = Path(ckpt) / TRAINER_STATE
+    try:
+        data = json.loads(state.read_text())
+        if not isinstance(data, dict) or "step" not in data:
+            return f"{state} holds no step"
+    except FileNotFoundError:
+        return None  # older layouts and hand-made folders: the learner folder alone is resumable
+    except (OSError, ValueError) as exc:
+        return f"{state} is damaged ({type(exc).__name__})"
+    return None
+
+
+def check_run_name(name: str) -> None:
+    """A run name is one folder name under the runs folder: `runs ls`, `--resume NAME` and `rm` find it there."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+        raise ValueError(f"run name {name!r} must be one folder name (no '/', not starting with '.'), "
+                         "e.g. --name kevin-lr1e-5")
 
 
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import logging
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from kforge.eval.report import summarize
@@ -45,6 +46,7 @@ def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int], per_
     out["rate/compiled"] = sum(1 for v in verdicts if v.status.compiled) / n
     out["rate/correct"] = sum(1 for v in verdicts if v.correct) / n
     out["rate/flagged"] = sum(1 for v in verdicts if v.flags) / n
+    out["rate/truncated"] = sum(1 for t in turns if t.truncated) / n  # cut at rollout.max_tokens
     for status in Status:
         count = sum(1 for v in verdicts if v.status is status)
         if count:
@@ -149,8 +151,13 @@ class MetricSinks:
             try:
                 import wandb
 
-                self.wandb = wandb.init(project=cfg.log.wandb_project, name=cfg.log.wandb_name,
+                # The run's W&B id is kept in the run folder, so `--resume` continues the same W&B run.
+                id_file = Path(run_path) / "wandb_id"
+                run_id = id_file.read_text().strip() if id_file.is_file() else None
+                self.wandb = wandb.init(project=cfg.log.wandb_project, name=cfg.log.wandb_name, id=run_id,
                                         config=cfg.model_dump(mode="json"), resume="allow")
+                if run_id is None and getattr(self.wandb, "id", None):
+                    id_file.write_text(str(self.wandb.id))
             except ImportError:
                 log.warning("log.wandb_project is set but wandb is not installed; skipping W&B")
 

@@ -35,6 +35,7 @@ from kforge.rollout.base import BackendError
 from kforge.runs.folder import LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
 from kforge.runs.transcripts import write_transcript
 from kforge.train.data import ProblemSampler
+from kforge.train.gpu import PeakMemory
 from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
 from kforge.train.placement import Plan
 
@@ -143,6 +144,7 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------------
     async def run_async(self) -> str:
         sinks = MetricSinks(str(self.run.path), self.cfg, resume_step=self.step)
+        peaks = PeakMemory(self.plan).start()  # per role, over each step
         self._begin()
         status, pending = "finished", None  # pending: the next step's rollouts, started early
         try:
@@ -169,6 +171,7 @@ class Trainer:
                 metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
                                                    self._rollout_waits))  # 5. log (held-out eval on its cadence)
                 metrics.update(self._scheduled_checkpoint(step))  # 6. checkpoint on its schedule
+                metrics.update(peaks.take())
                 metrics["time/step_s"] = time.time() - t0
                 self._log(step, metrics, rollouts.trajectories, sinks)
             await _cancel(pending)
@@ -178,11 +181,14 @@ class Trainer:
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
             if status == "failed":
                 self._save_what_we_can()
-            self.run.set_status(status, step=self.step, error=f"{type(exc).__name__}: {exc}"[:500])
+            why = {"error": f"{type(exc).__name__}: {exc}"[:500]} if status == "failed" else {"stopped_by": "signal"}
+            self.run.set_status(status, step=self.step, **why)
             raise
         finally:
             sinks.close()
-        self.run.set_status(status, step=self.step, total_steps=self.total_steps)
+            peaks.stop()
+        by = {"stopped_by": "signal" if self._stop.requested else "stop file"} if status == "stopped" else {}
+        self.run.set_status(status, step=self.step, total_steps=self.total_steps, **by)
         return status
 
     def run_blocking(self) -> str:

@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
-console = Console()
-err_console = Console(stderr=True)
+# Off a terminal (a pipe, a log file, CI) Rich would cut every line at 80 columns: model names and paths
+# in tables lost their ends. There the width is only a bound that nothing real reaches.
+PLAIN_WIDTH = 1000
+
+
+def _console(stderr: bool = False) -> Console:
+    probe = Console(stderr=stderr)
+    if probe.is_terminal or os.environ.get("COLUMNS"):
+        return probe
+    return Console(stderr=stderr, width=PLAIN_WIDTH)
+
+
+def quiet_libraries() -> None:
+    """Off a terminal, the progress bars and advisory warnings of the model libraries are noise in a log."""
+    if sys.stdout.isatty():
+        return
+    for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                        ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"), ("TQDM_DISABLE", "1")):
+        os.environ.setdefault(name, value)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":

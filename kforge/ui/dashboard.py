@@ -26,14 +26,14 @@ def sparkline(values: list[float], width: int = 30) -> str:
 
 class Dashboard:
     def __init__(self, console: Console, run_name: str, total_steps: int, plan_text: str, live: bool | None = None,
-                 plain_every_s: float = 10.0):
+                 plain_every_s: float = 10.0, start_step: int = 0):
         self.console = console
         self.live_mode = console.is_terminal if live is None else live
         self.run_name = run_name
         self.total_steps = total_steps
         self.plan_text = plan_text
         self.plain_every_s = plain_every_s
-        self.step = 0
+        self.step = start_step  # a resumed run starts where its checkpoint was
         self.stage = "starting"
         self.stage_done = 0
         self.stage_total = 0
@@ -51,8 +51,7 @@ class Dashboard:
         if self.live_mode:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
             self._live.__enter__()
-        else:
-            self.console.print(self.plan_text, highlight=False, soft_wrap=True)
+        # Off a terminal the caller has already printed the placement line: not twice.
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -75,9 +74,8 @@ class Dashboard:
         self._refresh()
 
     def warn(self, message: str) -> None:
+        # Off a terminal the warning is only logged (by the caller), so it prints once.
         self.warnings.appendleft(message)
-        if not self.live_mode:
-            self.console.print(f"warning: {message}", highlight=False, soft_wrap=True)
         self._refresh()
 
     def end_step(self, step: int, metrics: dict[str, Any], step_seconds: float) -> None:

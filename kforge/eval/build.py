@@ -1,0 +1,237 @@
+"""Everything one `kforge eval` needs, built in one place from the request: the config (layered like
+`kforge train`'s: preset or the run's config < --config < KFORGE_* < key=value, the command's flags being
+key=value overrides too), the target, the problems of the split, given kernels, GPUs, the results file
+and what the numbers mean. `kforge eval` only parses, calls `build_eval` and prints."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kforge.config.loader import ConfigError, resolve
+from kforge.config.schema import KforgeConfig
+
+SPLITS = ("test", "train", "all")
+
+
+class EvalSetupError(ValueError):
+    """The eval cannot start as asked; the message is one line for the user."""
+
+
+@dataclass
+class EvalRequest:
+    """What the user asked for. `overrides` already holds the config flags as key=value."""
+
+    target: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    preset: str | None = None
+    config: Path | None = None
+    split: str | None = None
+    samples: int = 1
+    out: Path | None = None
+    candidates: Path | None = None
+    step: int | None = None
+    resume: bool = False
+    gpus: str | None = None
+    runs_dir: str = "runs"
+    dry_run: bool = False  # lists the plan only: an existing results file is no obstacle
+
+
+@dataclass
+class EvalPlan:
+    cfg: KforgeConfig
+    target: Any  # kforge.eval.runner.Target, or None for given kernels
+    split: str
+    selected: list
+    trained: set[str]
+    blocked: list
+    given: list | None
+    devices: list[int] | None
+    out: Path
+    meta: dict[str, Any]
+    samples: int
+
+    def make_run(self) -> Any:
+        from kforge.eval.runner import EvalRun
+
+        return EvalRun(self.cfg, self.selected, self.out, samples=self.samples, target=self.target,
+                       candidates=self.given, devices=self.devices, meta=self.meta)
+
+
+def flag_overrides(level: list[int] | None = None, problems: str | None = None, source: str | None = None,
+                   backend: str | None = None, temperature: float | None = None, turns: int | None = None,
+                   baseline: Path | None = None, user: list[str] = ()) -> list[str]:
+    """The command's config flags as key=value overrides (layered after the user's own, as in train).
+    Without --turns an eval is single-turn unless an override sets the episode."""
+    from kforge.eval.runner import EvalTargetError, parse_id_range
+
+    out: list[str] = []
+    if source:
+        out.append(f"dataset.source={source}")
+    if level:
+        out.append(f"dataset.level=[{','.join(str(x) for x in level)}]")
+    if problems is not None:
+        try:
+            lo, hi = parse_id_range(problems)
+        except EvalTargetError as exc:
+            raise EvalSetupError(str(exc)) from None
+        out += [f"dataset.start_problem={'null' if lo is None else lo}",
+                f"dataset.end_problem={'null' if hi is None else hi}"]
+    if backend:
+        out.append(f"dataset.backend={backend}")
+    if temperature is not None:
+        out.append(f"rollout.temperature={temperature}")
+    if turns is not None or not any(o.lstrip("-").startswith("episode.") for o in user):
+        turns = turns or 1
+        out += [f"episode.max_turns={turns}", f"episode.mode={'multi_turn' if turns > 1 else 'single_turn'}"]
+    if baseline is not None:
+        if not baseline.is_file():
+            raise EvalSetupError(f"--baseline {baseline}: no such file")
+        out.append(f"evaluator.baseline_file={baseline}")
+    return out
+
+
+def build_eval(req: EvalRequest) -> EvalPlan:
+    """Resolve, select and check everything before any model or worker starts; EvalSetupError otherwise."""
+    from kforge.eval.runner import EvalTargetError, load_candidates, resolve_target
+    from kforge.problems import problems_from_config, split_runnable
+    from kforge.problems.sources import ProblemSourceError
+
+    if req.split is not None and req.split not in SPLITS:
+        raise EvalSetupError(f"--split {req.split!r}: expected one of {', '.join(SPLITS)}")
+    try:
+        target, run_config = None, None
+        if req.candidates is None:
+            if not req.target:
+                raise EvalSetupError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
+            _require_run_config(req.target, req.runs_dir, req.step)
+            target, run_config = resolve_target(req.target, req.runs_dir, req.step)
+        preset = None if run_config else req.preset
+        base = config_file = req.config or run_config
+        # The split is the one the run (or preset) drew from its own selection, before this command's overrides.
+        split_cfg = resolve(preset, base, []).config
+        cfg = resolve(preset, config_file, req.overrides).config
+    except (EvalTargetError, ConfigError, FileNotFoundError) as exc:
+        raise EvalSetupError(str(exc)) from None
+    split = req.split or ("test" if run_config is not None else "all")
+    try:
+        selected = problems_from_config(cfg.dataset)
+        selected, trained = apply_split(selected, split, split_cfg.dataset, run_config is not None)
+        selected, blocked = split_runnable(selected)
+        given = load_candidates(req.candidates, selected) if req.candidates is not None else None
+    except (ProblemSourceError, EvalTargetError, ValueError) as exc:
+        raise EvalSetupError(str(exc)) from None
+    if not selected:
+        raise EvalSetupError("no problems selected: check --level, --problems, --source and --split")
+    if given is not None and not given:
+        raise EvalSetupError(f"--candidates {req.candidates}: no kernels in it (a JSONL of {{problem, code}} "
+                             "or a folder of .py files named after the problems)")
+    devices = parse_devices(req.gpus, generating=req.candidates is None)
+    out = req.out or default_out(req, target, run_config, split)
+    what = str(req.candidates) if req.candidates is not None else target.description
+    selection = {"target": what, "split": split, "problems": sorted(p.key for p in selected)}
+    if out.exists() and not req.dry_run:
+        if not req.resume:
+            raise EvalSetupError(f"{out} exists; pass --resume to continue it or --out to write elsewhere")
+        check_resumable(out, selection)
+    from kforge.eval.meta import describe
+
+    meta = {**describe(cfg, split, selected, trained, devices, blocked), "selection": selection}
+    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples)
+
+
+def _require_run_config(spec: str, runs_dir: str, step: int | None) -> None:
+    """A run folder without its config.yaml would be evaluated with bare defaults (another context
+    length, no held-out split): refuse instead."""
+    from kforge.runs.locate import LocateError, is_run_or_adapter, locate
+
+    if not is_run_or_adapter(spec, runs_dir):
+        return
+    try:
+        found = locate(spec, runs_dir, step)
+    except LocateError as exc:
+        raise EvalSetupError(str(exc)) from None
+    if found.run is not None and not found.run.config_path.is_file():
+        raise EvalSetupError(f"{found.run.config_path} is missing: the run's model, context length and held-out "
+                             "split are unknown without it; restore it, or evaluate the adapter folder "
+                             f"{found.adapter_dir} with --preset and --split all")
+
+
+def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: str) -> Path:
+    """Into the run folder for a run; otherwise a name that says what was evaluated on which split."""
+    if run_config is not None:
+        step = re.search(r"step[_ ](\d+)", target.description)
+        return run_config.parent / f"eval_results-step{int(step.group(1)) if step else 'last'}-{split}.json"
+    what = Path(req.candidates).name if req.candidates is not None else str(req.target)
+    slug = re.sub(r"[^A-Za-z0-9.]+", "_", what).strip("_") or "model"
+    return Path(f"eval_results-{slug}-{split}.json")
+
+
+def check_resumable(out: Path, selection: dict[str, Any]) -> None:
+    """--resume only into a file made by the same target, split and problem selection."""
+    try:
+        doc = json.loads(out.read_text())
+        if not isinstance(doc, dict):
+            raise ValueError
+    except (ValueError, OSError):
+        raise EvalSetupError(f"{out} is not a kforge results file; move it away or pick another --out") from None
+    before = doc.get("selection")
+    if not isinstance(before, dict):
+        raise EvalSetupError(f"{out} does not say which target, split and problems it holds; "
+                             "resume only into a file this version wrote, or pick another --out")
+    for key, label in (("target", "target"), ("split", "split")):
+        if before.get(key) != selection[key]:
+            raise EvalSetupError(f"cannot resume {out}: it holds {label} {before.get(key)!r}, this eval is "
+                                 f"{selection[key]!r}; pick another --out")
+    if before.get("problems") != selection["problems"]:
+        had, now = set(before.get("problems") or []), set(selection["problems"])
+        diff = sorted(had - now)[:3] or sorted(now - had)[:3]
+        raise EvalSetupError(f"cannot resume {out}: it holds another problem selection ({len(had)} problems, this "
+                             f"eval {len(now)}; e.g. {', '.join(diff)} differs); pick another --out")
+
+
+def apply_split(selected: list, split: str, split_dataset: Any, is_run: bool) -> tuple[list, set[str]]:
+    """(problems of `split`, the keys the run trains on). Held out = every problem the run does not train on."""
+    from kforge.problems import ProblemSourceError, training_keys
+
+    if split == "all" and not is_run:
+        return selected, set()  # a model with no run behind it has trained on none of them
+    try:
+        trained = training_keys(split_dataset)
+    except ProblemSourceError as exc:
+        raise ProblemSourceError(f"cannot rebuild the run's train/test split ({exc}); use --split all") from None
+    if split == "test":
+        kept = [p for p in selected if p.key not in trained]
+        if not kept:
+            raise ProblemSourceError(
+                "none of the selected problems is held out from the run (its test split is empty or not selected): "
+                "use --split train or --split all, or select other problems"
+            )
+        return kept, trained
+    if split == "train":
+        return [p for p in selected if p.key in trained], trained
+    return selected, trained
+
+
+def parse_devices(text: str | None, generating: bool) -> list[int] | None:
+    """Logical GPU indices for this eval. vLLM splits the model over every GPU it gets (tensor parallel), and
+    7B/8B attention head counts do not divide by 3 or 6: generation takes one GPU unless told otherwise."""
+    from kforge.gpus import visible_ids
+
+    visible = visible_ids()
+    if text is None:
+        if not visible:
+            return None
+        return [0] if generating else list(range(len(visible)))
+    try:
+        ids = [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+    except ValueError:
+        raise EvalSetupError(f"--gpus {text!r}: expected GPU indices like 0 or 2,3") from None
+    bad = [i for i in ids if i < 0 or i >= len(visible)]
+    if bad or not ids:
+        seen = f"{len(visible)} GPU(s) visible (0..{len(visible) - 1})" if visible else "no GPU is visible"
+        raise EvalSetupError(f"--gpus {text!r}: GPU {bad[0] if bad else '?'} does not exist; {seen}")
+    return ids

@@ -1,0 +1,82 @@
+"""`kforge eval compare A.json B.json`: two results files side by side, on the problems both hold."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kforge.eval.report import outcomes_from_samples, summarize
+
+
+class CompareError(ValueError):
+    """A file that is not a results file; the message is one line for the user."""
+
+
+@dataclass
+class Comparison:
+    a: dict[str, Any]
+    b: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    rows: list[tuple[str, str, Any, Any, float | None]] = field(default_factory=list)
+
+
+def load_results(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise CompareError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CompareError(f"{path} is a folder; give a results JSON file") from None
+    except (ValueError, OSError):
+        raise CompareError(f"{path}: not a kforge eval results file (not JSON)") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict) or not all(
+            isinstance(g, dict) for g in doc["summary"].values()):
+        raise CompareError(f"{path}: not a kforge eval results file (no summary of metric groups)")
+    if not isinstance(doc.get("samples", []), list):
+        raise CompareError(f"{path}: not a kforge eval results file (samples is not a list)")
+    return doc
+
+
+def compare_files(path_a: str, path_b: str, all_problems: bool = False) -> Comparison:
+    a, b = load_results(path_a), load_results(path_b)
+    cmp = Comparison(a, b)
+    if a.get("baseline", {}).get("label") != b.get("baseline", {}).get("label"):
+        cmp.notes.append("A and B use different baselines or GPUs, so their speedups are not comparable")
+    sa, sb = a["summary"], b["summary"]
+    keys_a, keys_b = _problems(a), _problems(b)
+    if keys_a is not None and keys_b is not None and keys_a != keys_b:
+        common = keys_a & keys_b
+        if all_problems:
+            cmp.notes.append(f"A has {len(keys_a)} problems and B {len(keys_b)}, {len(common)} in common: "
+                             "compared as they are (--all-problems)")
+        else:
+            cmp.notes.append(f"A has {len(keys_a)} problems and B {len(keys_b)}: comparing the {len(common)} "
+                             "problems both hold (--all-problems compares the files' own summaries)")
+            sa, sb = _summary_of(a, common), _summary_of(b, common)
+    cmp.rows = rows(sa, sb)
+    return cmp
+
+
+def _problems(doc: dict[str, Any]) -> set[str] | None:
+    samples = doc.get("samples")
+    return {s["problem_key"] for s in samples if isinstance(s, dict) and "problem_key" in s} if samples else None
+
+
+def _summary_of(doc: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    samples = [s for s in doc["samples"] if s.get("problem_key") in keys]
+    per_problem = max(1, int(doc.get("samples_per_problem") or 1))
+    return summarize(outcomes_from_samples(samples), range(1, per_problem + 1))
+
+
+def rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, str, Any, Any, float | None]]:
+    """(group, metric, A, B, B - A) for every summary entry either side has."""
+    out = []
+    for group in sorted(set(sa) | set(sb), key=lambda g: (g != "overall", g)):
+        ga, gb = sa.get(group, {}), sb.get(group, {})
+        for key in sorted(set(ga) | set(gb)):
+            va, vb = ga.get(key), gb.get(key)
+            num = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
+            out.append((group, key, va, vb, (vb - va) if num else None))
+    return out

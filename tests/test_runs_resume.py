@@ -1,0 +1,84 @@
+"""`kforge train --resume` on run folders that a crash or an old run left behind: a torn metrics line, a
+damaged trainer state, a finished run. Set-up only: each resume ends before a model loads."""
+
+import json
+import os
+import subprocess
+import sys
+
+from kforge.config.loader import resolve, to_yaml
+from kforge.runs.folder import RunFolder, append_jsonl
+
+
+def _train(*args):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "kforge", "train", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def _run(tmp_path, status="finished", steps=3, *overrides):
+    cfg = resolve("tiny", overrides=list(overrides)).config
+    run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
+    for step in range(1, steps + 1):
+        run.log_metrics({"step": step, "reward/mean": 0.1 * step})
+    for step in (0, steps):
+        ckpt = run.path / "checkpoints" / f"step_{step:06d}"
+        (ckpt / "learner").mkdir(parents=True)
+        (ckpt / "trainer_state.json").write_text(json.dumps({"step": step, "sampler": {}}))
+        run.log_checkpoint({"step": step, "path": str(ckpt.relative_to(run.path))})
+    run.set_status(status, step=steps, total_steps=steps)
+    return run
+
+
+def _snapshot(folder):
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_torn_metrics_line_is_dropped_with_a_copy_and_appends_stay_whole(tmp_path):
+    from kforge.runs.folder import drop_torn_line
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "rew')
+    append_jsonl(path, {"step": 2})  # even before any repair, the new record is a line of its own
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines() if x.startswith('{"step": ') and x.endswith("}")] == [1, 2]
+    path.write_text('{"step": 1}\n{"step": 2, "rew')
+    assert drop_torn_line(path) == f"{path}.torn"
+    assert path.read_text() == '{"step": 1}\n' and (tmp_path / "metrics.jsonl.torn").read_text() == '{"step": 2, "rew\n'
+    assert drop_torn_line(path) is None
+
+
+def test_resume_after_a_torn_metrics_line_keeps_the_steps(tmp_path):
+    run = _run(tmp_path, "failed", 2, f"dataset.source={tmp_path / 'gone.jsonl'}")
+    with open(run.path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 3, "reward/me')
+    res = _train("--resume", str(run.path), "--plain")
+    assert "torn line" in res.stdout and (run.path / "metrics.jsonl.torn").exists()
+    assert res.returncode == 2 and "gone.jsonl" in res.stderr  # the set-up then fails for its own reason
+    run.log_metrics({"step": 3})
+    assert [m["step"] for m in run.metrics()] == [1, 2, 3] and run.summary()["steps"] == 3
+
+
+def test_a_damaged_trainer_state_falls_back_to_the_previous_checkpoint(tmp_path):
+    run = _run(tmp_path, "crashed", 3)
+    (run.path / "checkpoints" / "step_000003" / "trainer_state.json").write_text('{"step": 3, "samp')
+    assert run.last_checkpoint()["step"] == 0
+    res = _train("--resume", str(run.path), "--plain", f"dataset.source={tmp_path / 'gone.jsonl'}")
+    assert "step_000003/trainer_state.json is damaged" in res.stdout and "Traceback" not in res.stderr
+    [line] = run.damaged_checkpoints()
+    assert "step_000003/trainer_state.json is damaged" in line
+
+
+def test_resuming_a_finished_run_writes_nothing(tmp_path):
+    run = _run(tmp_path, "finished", 3)
+    before = _snapshot(run.path)
+    res = _train("--resume", str(run.path))
+    assert res.returncode == 0, res.stderr
+    assert "finished at step 3" in res.stdout and "--max-steps 6" in res.stdout
+    assert _snapshot(run.path) == before
+
+
+def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
+    run = _run(tmp_path, "finished", 3, f"dataset.source={tmp_path / 'gone.jsonl'}")
+    res = _train("--resume", str(run.path), "--max-steps", "5")
+    assert res.returncode == 2 and "gone.jsonl" in res.stderr
+    assert run.read_status()["status"] == "finished" and "error" not in run.read_status()

@@ -1,0 +1,65 @@
+"""Step metrics TRL users expect. Responses cut at max_tokens: the episode marks them, the step reports
+their share, and `learner.drop_truncated` leaves them out of the loss (not out of their group's baseline).
+Peak GPU memory of each role over a step."""
+
+from test_episode import KERNEL, NOT_A_MODEL, ScriptedBackend, answer, grade_by_parsing, make_cfg, problems, run, tok  # noqa: F401
+
+from kforge.config.schema import LearnerConfig
+from kforge.credit.advantages import assign_returns, build_samples
+from kforge.policy.prompts import PromptBuilder
+from kforge.rollout.base import Completion
+from kforge.train.metrics import rollout_metrics
+
+
+class CutBackend(ScriptedBackend):
+    """Every other response is a kernel that ends on its own; the others run into max_tokens, as an engine
+    reports it (finish_reason "length")."""
+
+    calls = 0
+
+    def _respond(self, prompt_ids) -> Completion:
+        self.calls += 1
+        cut = self.calls % 2 == 0
+        reply = answer(NOT_A_MODEL if cut else KERNEL.format(s=1.0))
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        return Completion(ids, reply, [-0.5] * len(ids), "length" if cut else "stop")
+
+
+def test_truncated_turns_are_marked_reported_and_can_be_left_out(tok, problems):
+    a = problems[0]
+    backend = CutBackend(tok, problems, {})
+    builder = PromptBuilder(tok, option="zero_shot")
+    trajs = run(backend, builder, grade_by_parsing(), make_cfg(mode="single_turn"), [(a, g) for g in range(4)])
+    assert sorted(t.turns[0].truncated for t in trajs) == [False, False, True, True]
+
+    metrics = rollout_metrics(trajs, {a.key: 1})
+    assert metrics["rate/truncated"] == 0.5
+
+    assign_returns(trajs, 1.0)
+    kept, _ = build_samples(trajs, LearnerConfig())
+    assert len(kept) == 4
+    trimmed, stats = build_samples(trajs, LearnerConfig(drop_truncated=True))
+    assert len(trimmed) == 2 and stats["truncated_left_out"] == 2.0
+    # The baseline still saw all four: the kept samples' advantages are those of the full group.
+    assert sorted(s.advantage for s in trimmed) == sorted(s.advantage for s in kept if s.advantage > 0)
+
+
+def test_peak_gpu_memory_per_role_over_a_step():
+    """No GPU here: the readings nvidia-smi would give are the edge stood in for."""
+    from kforge.gpus import Gpu
+    from kforge.train.gpu import PeakMemory
+    from kforge.train.placement import Plan
+
+    readings = iter([[9.0, 30.0], [20.0, 31.0], [12.0, 30.5], [5.0, 5.0]])
+
+    def query():
+        used = next(readings)
+        return [Gpu(str(i), f"GPU-{i}", "H100", 81559.0, mib * 1024, "550") for i, mib in enumerate(used)], "test"
+
+    peaks = PeakMemory(Plan(["0", "1"], rollout=[1], learner=[0], eval=[0]), query=query)
+    for _ in range(3):
+        peaks.sample()  # during one step: the learner's backward pass peaks at 20 GB
+    assert peaks.take() == {"gpu/learner/peak_mem_gb": 20.0, "gpu/eval/peak_mem_gb": 20.0,
+                            "gpu/rollout/peak_mem_gb": 31.0}
+    peaks.sample()
+    assert peaks.take()["gpu/learner/peak_mem_gb"] == 5.0  # the next step starts over

@@ -8,8 +8,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from kforge.eval.report import summarize
-from kforge.eval.runner import trajectory_outcome
+from kforge.eval.report import summarize, trajectory_outcome
 from kforge.evaluator.verdict import Status
 from kforge.policy.records import Trajectory
 

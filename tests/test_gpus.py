@@ -52,7 +52,62 @@ def test_placement_rejects_gpus_that_are_not_visible(monkeypatch):
     plan = plan_placement(None, {"eval": [0]})
     assert (plan.mode, plan.rollout, plan.learner, plan.eval) == ("split", [0], [1], [0])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
-    assert plan_placement().physical("rollout") == "1"
+    plan = plan_placement()
+    assert (plan.rollout, plan.learner, plan.names("rollout")) == ([0], [1], "0 (1)")  # logical, for every role
+
+
+def test_every_role_maps_logical_indices_through_one_function(monkeypatch):
+    """The learner process gets logical indices like the rollout worker and the eval pool, and its child's
+    CUDA_VISIBLE_DEVICES is the physical id of that index (it used to be handed a physical id string)."""
+    import inspect
+
+    from kforge.train import learner_proc
+
+    machine(monkeypatch, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    seen = {}
+
+    class Served:
+        def __init__(self, factory, kwargs, *, name, env, **rest):
+            seen.update(env=env, device=kwargs["device"])
+
+        def call(self, method, timeout_s=None, **kwargs):
+            return 0
+
+    monkeypatch.setattr(learner_proc, "ServedProcess", Served)
+    from kforge.config.schema import KforgeConfig
+
+    learner_proc.LearnerProcess(KforgeConfig(), [1])
+    assert seen == {"env": {"CUDA_VISIBLE_DEVICES": "1"}, "device": "cuda"}
+    with pytest.raises(gpus.GpuIndexError, match="GPU 2 does not exist: 2 GPU"):
+        learner_proc.LearnerProcess(KforgeConfig(), [2])
+    assert list(inspect.signature(learner_proc.LearnerProcess).parameters)[1] == "devices"
+
+
+def test_kforge_check_finds_its_gpu_through_the_driver_not_cuda(monkeypatch):
+    """`kforge check` asks `kforge.gpus` (nvidia-smi/NVML) which GPU to use; it used to initialise CUDA in the
+    CLI process with torch.cuda.is_available()."""
+    import torch
+
+    from kforge.cli import check
+
+    def no_cuda():
+        raise AssertionError("the CLI process must not initialise CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", no_cuda)
+    machine(monkeypatch, 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert check._devices(cpu=False) == [0] and check._devices(cpu=True) == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert check._devices(cpu=False) == []
+
+
+def test_one_check_of_gpu_indices_words_every_error_alike():
+    with pytest.raises(gpus.GpuIndexError, match=r"^--gpu 3 does not exist: 2 GPU\(s\) visible \(0..1\)$"):
+        gpus.check_indices([0, 3], 2, "--gpu")
+    with pytest.raises(gpus.GpuIndexError, match="^eval GPU -1 does not exist: no GPU is visible$"):
+        gpus.check_indices([-1], 0, "eval GPU")
+    gpus.check_indices([0, 1], 2)
 
 
 def test_train_gpus_option_naming_an_invisible_gpu_is_one_line_and_exit_2(tmp_path):

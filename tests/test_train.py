@@ -116,7 +116,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(reference_run, tmp_
         "run = RunFolder(Path(sys.argv[1]))\n"
         "cfg = KforgeConfig.model_validate(yaml.safe_load(run.config_path.read_text()))\n"
         "learner = Learner(cfg, device='cpu')\n"
-        "t = Trainer(cfg, run, Plan([]), builtin_problems()[:4], [], Parts(learner, None, None, None, True))\n"
+        "t = Trainer(cfg, run, Plan([]), builtin_problems()[:4], [], Parts(learner, None, None, True))\n"
         "print('ready', flush=True)\n"
         "while True:\n"
         "    t.step += 1\n"
@@ -153,7 +153,7 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     import asyncio
 
     from kforge.config.loader import resolve, to_yaml
-    from kforge.eval.runner import build_runner
+    from kforge.policy.runner import EpisodeRunner
     from kforge.evaluator import EvalPool
     from kforge.learner.learner import Learner
     from kforge.problems import builtin_problems
@@ -179,7 +179,7 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
 
     problems = builtin_problems()[:2]
     with EvalPool(cfg.evaluator) as pool:
-        parts = Parts(learner, DeadWorker(), pool, build_runner(cfg, DeadWorker(), pool), shares_model=False)
+        parts = Parts(learner, pool, EpisodeRunner.from_config(cfg, DeadWorker(), pool.evaluate), shares_model=False)
         run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
         trainer = Trainer(cfg, run, Plan([]), problems, [], parts)
         with pytest.raises(BackendError):  # without a way to restart, the failure is not hidden

@@ -1,6 +1,7 @@
-"""The trainer's own logic with fake model-backed parts (tests/fake_parts.py): per-step statistics in
-pipelined mode, a learner process that hangs or dies, resume after that failure, transcripts.
-The trainer, episode runner, verdict cache, run folder and the served learner process are real."""
+"""The trainer's own logic: per-step statistics in pipelined mode, transcripts and stalls with stand-ins
+for the model-backed parts (tests/fake_parts.py); a learner process that hangs or dies, and resume after
+that failure, on the real learner process and the real eval pool (the rollout engine, vLLM on a GPU, is the
+one stand-in there). The trainer, episode runner, verdict cache and run folder are always real."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from fake_parts import FakeBuilder, FakeEngine, FakeLearner, FakePool
 
 from kforge.config.schema import KforgeConfig
 from kforge.config.loader import to_yaml
-from kforge.credit.rewards import score_turn
 from kforge.policy.runner import EpisodeRunner, VerdictCache
 from kforge.problems import builtin_problems
 from kforge.runs.folder import RunFolder
@@ -38,10 +38,9 @@ def make_cfg(**log) -> KforgeConfig:
 def make_trainer(tmp_path, cfg, learner, pool, name="r", run=None):
     problems = builtin_problems()[:2]
     engine = FakeEngine()
-    runner = EpisodeRunner(engine, FakeBuilder(problems), pool.evaluate,
-                           lambda turn, traj: score_turn(turn, cfg.reward, False), cfg, VerdictCache())
+    runner = EpisodeRunner(engine, FakeBuilder(problems), pool.evaluate, cfg, VerdictCache())
     run = run or RunFolder.create(tmp_path, name, to_yaml(cfg))
-    return Trainer(cfg, run, SPLIT, problems, [], Parts(learner, engine, pool, runner, shares_model=False))
+    return Trainer(cfg, run, SPLIT, problems, [], Parts(learner, pool, runner, shares_model=False))
 
 
 def test_pipelined_statistics_belong_to_their_own_step(tmp_path):
@@ -84,47 +83,63 @@ def test_verdict_cache_is_bounded():
     assert len(cache) == 3 and cache.lookup("p", "code 0") is None and cache.lookup("p", "code 4") is not None
 
 
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A real causal LM small enough to start a learner process in seconds: built from a config, offline."""
+    from scratch_model import train_tokenizer, write_model_folder
+
+    out = tmp_path_factory.mktemp("tiny-model")
+    train_tokenizer(out, vocab_size=300, corpus_bytes=200_000)
+    return write_model_folder(out, hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, real_weights=True,
+                              dtype="float32", tokenizer_from=out)
+
+
 def _learner_proc(cfg, tmp_path, fault="", at=0):
     from kforge.train.learner_proc import LearnerProcess
 
-    return LearnerProcess(cfg, "", factory="fake_parts:FakeLearnerService", factory_kwargs={"fault": fault, "at": at},
-                          log_path=str(tmp_path / f"learner-{fault or 'ok'}.log"), start_timeout_s=120)
+    return LearnerProcess(cfg, [], total_steps=4, factory="fake_parts:FaultyLearner",
+                          factory_kwargs={"fault": fault, "at": at},
+                          log_path=str(tmp_path / f"learner-{fault or 'ok'}.log"), start_timeout_s=300)
 
 
-@pytest.mark.parametrize("fault", ["hang", "die"])
-def test_a_hung_or_dead_learner_fails_the_run_within_its_deadline_and_resume_continues(tmp_path, fault):
+def test_a_hung_or_dead_learner_fails_the_run_within_its_deadline_and_resume_continues(tmp_path, tiny_model_dir):
+    """The real learner process (a real Learner, real LoRA steps, real checkpoints) hangs at step 2: the run
+    fails within learner.call_timeout_s and saves nothing half-trained. Resumed from step 1 on a fresh
+    learner process, it trains on from the restored state until the process dies at its second optimiser
+    step (a CUDA error's exit): the run fails as soon as the process is gone, with its last output, not at the deadline."""
+    from kforge.evaluator import EvalPool
+
     cfg = make_cfg()
+    cfg.model.name, cfg.model.dtype = str(tiny_model_dir), "float32"
     cfg.rollout.max_staleness = 0
-    cfg.learner.call_timeout_s = 3.0
-    learner = _learner_proc(cfg, tmp_path, fault, at=2)
-    trainer = make_trainer(tmp_path, cfg, learner, FakePool())
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(Exception) as info:
-            asyncio.run(trainer.run_async())
-        took = time.monotonic() - t0
-    finally:
-        learner.close()
-    status = trainer.run.read_status()
-    assert status["status"] == "failed" and trainer.step == 1
-    if fault == "hang":
-        assert "did not answer train_step within 3 s" in status["error"] and took < 3.0 + 4.0
-    else:
-        assert "exit code 7" in str(info.value) and "illegal memory access" in str(info.value)
-        assert took < 3.0 + 2.0  # noticed when the process died, not at the deadline
-    assert trainer.run.last_checkpoint()["step"] == 1  # nothing half-trained was saved
-    assert not learner._proc._proc.is_alive()
-
-    healthy = _learner_proc(cfg, tmp_path)
-    try:
-        resumed = make_trainer(tmp_path, cfg, healthy, FakePool(), run=trainer.run)
-        resumed.restore(trainer.run.path / trainer.run.last_checkpoint()["path"])
-        assert resumed.step == 1 and healthy.version == 1
-        assert asyncio.run(resumed.run_async()) == "finished"
-    finally:
-        healthy.close()
-    assert trainer.run.read_status()["status"] == "finished"
-    assert sorted(m["step"] for m in trainer.run.metrics()) == [1, 2, 3, 4]
+    cfg.learner.call_timeout_s = 5.0
+    with EvalPool(cfg.evaluator) as pool:
+        run = None
+        for fault in ("hang", "die"):
+            learner = _learner_proc(cfg, tmp_path, fault, at=2)
+            trainer = make_trainer(tmp_path, cfg, learner, pool, run=run)
+            run = trainer.run
+            try:
+                if fault == "die":
+                    trainer.restore(run.path / run.last_checkpoint()["path"])
+                    assert trainer.step == 1 and learner.version == 1  # the learner's state after step 1
+                t0 = time.monotonic()
+                with pytest.raises(Exception) as info:
+                    asyncio.run(trainer.run_async())
+                took = time.monotonic() - t0
+            finally:
+                learner.close()
+            status = run.read_status()
+            assert status["status"] == "failed" and (fault == "die" or trainer.step == 1), status
+            assert run.last_checkpoint()["step"] == trainer.step  # nothing half-trained was saved
+            assert not learner.alive()
+            if fault == "hang":
+                assert "did not answer train_step within 5 s" in status["error"] and took < 5.0 + 5.0
+            else:
+                assert "exit code 7" in str(info.value) and "illegal memory access" in str(info.value)
+                assert took < 5.0 + 5.0 and learner.version == 2  # one real optimiser step after the resume
+                assert 2 <= trainer.step < 4  # it went on past the restored step
+    assert sorted(m["step"] for m in run.metrics()) == list(range(1, trainer.step + 1))
 
 
 def test_transcripts_are_capped_and_shown_per_problem_and_per_level_metrics_logged(tmp_path):
@@ -170,3 +185,64 @@ def test_a_stalled_stage_says_what_it_waits_for_and_a_verdict_has_a_deadline(tmp
     assert stalls and "step 1: rollout + eval" in stalls[0] and "1 verdict(s) from the eval pool" in stalls[0]
     assert "0 generation(s)" in stalls[0]
     assert trainer.run.read_status()["status"] == "failed"
+
+
+def test_turns_are_scored_by_the_credit_step_from_their_verdicts(tmp_path):
+    """The episode records verdicts; the trainer's credit step is the one writer of scores (the transcript
+    and the reward metric show them)."""
+    from kforge.credit.rewards import score_turn
+
+    cfg = make_cfg()
+    cfg.dataset.epochs = 1
+    trainer = make_trainer(tmp_path, cfg, FakeLearner(), FakePool())
+    rollouts = asyncio.run(trainer.parts.runner.run_groups(trainer.train_problems[:1], 4, 0, seed=1))
+    turns = [t for tr in rollouts.trajectories for t in tr.turns]
+    assert {t.score for t in turns} == {0.0} and all(t.reward_components == {} for t in turns)
+    trainer._credit(rollouts.trajectories)
+    assert [t.score for t in turns] == [score_turn(t, cfg.reward, False)[0] for t in turns]
+    assert len({t.score for t in turns}) == 2  # format errors and kernels scored apart: a signal to learn from
+
+
+def test_a_restarted_rollout_backend_is_held_in_one_place(tmp_path):
+    """A rollout worker that fails is replaced once, where the runner holds it: the next rollouts and the
+    closing of the parts both reach the new one."""
+    from kforge.rollout.base import BackendError
+
+    class DeadEngine(FakeEngine):
+        closed = False
+
+        async def agenerate(self, requests, on_completion=None):
+            raise BackendError("vLLM worker died during generate (exit code -9)")
+
+        def close(self):
+            self.closed = True
+
+    fresh = FakeEngine()
+    fresh.close = lambda: setattr(fresh, "closed", True)
+    cfg = make_cfg()
+    cfg.rollout.max_staleness = 0
+    trainer = make_trainer(tmp_path, cfg, FakeLearner(), FakePool())
+    dead = trainer.parts.runner.backend = DeadEngine()
+    trainer.parts.restart_backend = lambda: fresh
+    rollouts = asyncio.run(trainer._rollouts(1, trainer.train_problems[:1]))
+    assert dead.closed and trainer.restarts == 1 and len(rollouts.trajectories) == 4
+    assert trainer.parts.backend is fresh and trainer.parts.runner.backend is fresh and fresh.version == 0
+    trainer.parts.close()
+    assert fresh.closed
+
+
+def test_the_learner_takes_the_runs_sampling_record(tmp_path, tiny_model_dir):
+    """build_parts hands the learner the sampling settings the episodes sample with, as one record."""
+    from kforge.rollout.base import sampling_from_config
+    from kforge.train.build import build_parts
+
+    cfg = make_cfg()
+    cfg.model.name, cfg.model.dtype = str(tiny_model_dir), "float32"
+    cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p, cfg.rollout.max_tokens = 0.7, 5, 0.9, 9
+    parts = build_parts(cfg, Plan([]), RunFolder.create(tmp_path, "s", to_yaml(cfg)), total_steps=1)
+    try:
+        assert parts.learner.sampling == sampling_from_config(cfg)
+        assert (parts.learner.temperature, parts.learner.top_k, parts.learner.top_p) == (0.7, 5, 0.9)
+        assert parts.backend is parts.runner.backend and parts.shares_model
+    finally:
+        parts.close()

@@ -49,11 +49,9 @@ def _load_problem(spec: str, source: str) -> Any:
 
 
 def _devices(cpu: bool) -> list[int]:
-    if cpu:
-        return []
-    import torch
+    from kforge.gpus import default_devices  # through the driver: this process never initialises CUDA
 
-    return [0] if torch.cuda.is_available() else []
+    return [] if cpu else default_devices()
 
 
 def _panel(verdict: Any, problem: Any, backend: str) -> Panel:

@@ -181,7 +181,7 @@ def baseline(
     overrides: Optional[list[str]] = OverridesArg,
 ) -> None:
     """Time every problem's reference on this GPU and write a KernelBench-format baseline JSON."""
-    from kforge.gpus import visible_ids
+    from kforge.gpus import GpuIndexError, check_indices, visible_ids
     from kforge.problems import baseline as baseline_file
     from kforge.problems.hub import split_runnable
 
@@ -193,8 +193,10 @@ def baseline(
             "timing needs a GPU: this machine shows no NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES); "
             "run `kforge problems baseline` on the GPU the evaluations will use"
         )
-    if gpu >= len(gpus):
-        raise fail(f"--gpu {gpu} does not exist: {len(gpus)} GPU(s) visible (0..{len(gpus) - 1})")
+    try:
+        check_indices([gpu], len(gpus), "--gpu")
+    except GpuIndexError as exc:
+        raise fail(str(exc)) from None
     if not problems:
         raise fail(f"no problems in source {source!r} at level {', '.join(map(str, level))}")
     cfg = load_config(None, None, overrides).config

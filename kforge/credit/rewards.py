@@ -42,7 +42,7 @@ import math
 
 from kforge.config.schema import RewardConfig
 from kforge.evaluator.verdict import Status, Verdict
-from kforge.policy.records import Turn
+from kforge.policy.records import Trajectory, Turn
 
 COMPONENTS = ("format", "compile", "correctness", "speed", "length", "thinking", "penalty")
 
@@ -186,3 +186,11 @@ def score_turn(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> tuple[fl
     }
     weighted = {name: weights[name] * raw[name] for name in COMPONENTS}
     return sum(weighted.values()), weighted
+
+
+def score_trajectories(trajectories: list[Trajectory], reward_cfg: RewardConfig, thinking: bool) -> None:
+    """Write every turn's score and its components from its verdict: the one writer of `Turn.score` (the
+    episode only records verdicts)."""
+    for trajectory in trajectories:
+        for turn in trajectory.turns:
+            turn.score, turn.reward_components = score_turn(turn, reward_cfg, thinking)

@@ -219,7 +219,7 @@ def apply_split(selected: list, split: str, split_dataset: Any, is_run: bool) ->
 def parse_devices(text: str | None, generating: bool) -> list[int] | None:
     """Logical GPU indices for this eval. vLLM splits the model over every GPU it gets (tensor parallel), and
     7B/8B attention head counts do not divide by 3 or 6: generation takes one GPU unless told otherwise."""
-    from kforge.gpus import visible_ids
+    from kforge.gpus import GpuIndexError, check_indices, visible_ids
 
     visible = visible_ids()
     if text is None:
@@ -230,8 +230,10 @@ def parse_devices(text: str | None, generating: bool) -> list[int] | None:
         ids = [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
     except ValueError:
         raise EvalSetupError(f"--gpus {text!r}: expected GPU indices like 0 or 2,3") from None
-    bad = [i for i in ids if i < 0 or i >= len(visible)]
-    if bad or not ids:
-        seen = f"{len(visible)} GPU(s) visible (0..{len(visible) - 1})" if visible else "no GPU is visible"
-        raise EvalSetupError(f"--gpus {text!r}: GPU {bad[0] if bad else '?'} does not exist; {seen}")
+    if not ids:
+        raise EvalSetupError(f"--gpus {text!r}: expected GPU indices like 0 or 2,3")
+    try:
+        check_indices(ids, len(visible), f"--gpus {text!r}: GPU")
+    except GpuIndexError as exc:
+        raise EvalSetupError(str(exc)) from None
     return ids

@@ -21,9 +21,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from kforge.evaluator.verdict import Verdict
+
+if TYPE_CHECKING:
+    from kforge.policy.records import Trajectory
 
 FAST_PS = (0.0, 0.5, 0.8, 1.0, 1.2, 1.5, 2.0)
 # The per-turn figures multi-turn papers compare: correctness and the Fast@1.2 threshold.
@@ -52,6 +55,11 @@ class SampleOutcome:
     @property
     def first(self) -> Verdict | None:
         return self.verdict if isinstance(self.first_verdict, _SingleTurn) else self.first_verdict
+
+
+def trajectory_outcome(traj: "Trajectory", level: int) -> SampleOutcome:
+    """A trajectory as one KernelBench sample: its best verdict across turns and its first turn's."""
+    return SampleOutcome(traj.problem_key, level, traj.best_verdict, traj.turns[0].verdict if traj.turns else None)
 
 
 def fast_key(p: float) -> str:

@@ -15,18 +15,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
 from kforge.eval.report import SampleOutcome, summarize
 from kforge.evaluator.verdict import Verdict
 from kforge.modelio import fit_context
-from kforge.policy.records import Trajectory
 from kforge.problems.record import Problem
 from kforge.runs.folder import atomic_write_text
-
-if TYPE_CHECKING:
-    from kforge.policy.runner import EpisodeRunner
 
 log = logging.getLogger("kforge.eval")
 
@@ -69,34 +65,6 @@ def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -
     description = f"{where}" + (f" (run {found.run.name}, step {found.step})" if found.run is not None else "")
     run_config = found.run.config_path if config is not None and found.run is not None else None
     return Target(model, str(found.adapter_dir), description), run_config
-
-
-def build_runner(cfg: KforgeConfig, backend: Any, pool: Any, cache: bool = True) -> "EpisodeRunner":
-    """The one place an EpisodeRunner is built from a config: prompts (with the RA-ICL retriever when the
-    config asks for one), the eval pool as judge, turn scores from the reward weights. Used by training
-    rollouts, held-out evaluation during training and `kforge eval`."""
-    from kforge.credit.rewards import score_turn
-    from kforge.policy.prompts import PromptBuilder
-    from kforge.policy.runner import EpisodeRunner, VerdictCache
-
-    retriever = None
-    if cfg.dataset.prompt_option == "raicl":
-        from kforge.rag import load_retriever
-
-        if not cfg.dataset.rag_index_path:
-            raise ValueError("dataset.prompt_option=raicl needs dataset.rag_index_path (build one with `kforge rag build`)")
-        retriever = load_retriever(cfg.dataset.rag_index_path, backend=cfg.dataset.backend)
-    builder = PromptBuilder.from_config(cfg, backend.tokenizer, retriever=retriever)
-
-    def score(turn: Any, trajectory: Any) -> tuple[float, dict[str, float]]:
-        return score_turn(turn, cfg.reward, cfg.episode.thinking)
-
-    return EpisodeRunner(backend, builder, pool.evaluate, score, cfg, VerdictCache() if cache else None)
-
-
-def trajectory_outcome(traj: Trajectory, level: int) -> SampleOutcome:
-    """A trajectory as one KernelBench sample: its best verdict across turns and its first turn's."""
-    return SampleOutcome(traj.problem_key, level, traj.best_verdict, traj.turns[0].verdict if traj.turns else None)
 
 
 def parse_id_range(text: str | None) -> tuple[int | None, int | None]:
@@ -225,6 +193,9 @@ class EvalRun:
         await asyncio.gather(*(one(*item) for item in todo))
 
     async def _generate_and_evaluate(self, pool: Any) -> None:
+        from kforge.credit.rewards import score_trajectories
+        from kforge.policy.runner import EpisodeRunner
+        from kforge.rag import retriever_for
         from kforge.rollout.factory import make_backend
 
         assert self.target is not None
@@ -238,7 +209,8 @@ class EvalRun:
             if self.target.adapter:
                 backend.load_adapter(self.target.adapter, 1)
             # Every sample of an eval is judged on its own: no verdict cache between samples.
-            runner = build_runner(self.cfg, backend, pool, cache=False)
+            runner = EpisodeRunner.from_config(self.cfg, backend, pool.evaluate, retriever_for(self.cfg.dataset),
+                                               cache=False)
             by_key = {p.key: p for p in self.problems}
             done = 0
             total = len(jobs) * self.cfg.turns
@@ -253,9 +225,10 @@ class EvalRun:
             chunk = max(1, self.cfg.rollout.hf_batch_size)
             for start in range(0, len(jobs), chunk):
                 rollouts = await runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)
+                score_trajectories(rollouts.trajectories, self.cfg.reward, self.cfg.episode.thinking)
                 for traj in rollouts.trajectories:
                     turns = [{"turn": t.index + 1, "code": t.candidate.code if t.candidate else None,
-                              "response": t.response_text,
+                              "response": t.response_text, "score": t.score,
                               "verdict": t.verdict.to_dict() if t.verdict else None} for t in traj.turns]
                     self._record(by_key[traj.problem_key], traj.group_index, turns, traj.best_verdict)
         finally:

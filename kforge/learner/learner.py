@@ -5,9 +5,9 @@ packs each minibatch into micro-batches under ``learner.micro_batch_tokens`` (pa
 accumulates gradients over the micro-batches, clips the gradient norm and steps AdamW and the
 learning-rate schedule.
 
-Log-prob convention: ``kforge.learner.logprobs`` with the rollout's temperature (a constructor argument)
-and its top-k/top-p (``cfg.rollout``), the same processing the sampler applied, so that the rollout
-engine's log-probs (``Sample.rollout_logprobs``) and the learner's give importance ratios near 1.
+Log-prob convention: ``kforge.learner.logprobs`` with the sampler's temperature and top-k/top-p (the
+run's ``SamplingParams`` record, a constructor argument), the same processing the sampler applied, so that
+the rollout engine's log-probs (``Sample.rollout_logprobs``) and the learner's give importance ratios near 1.
 
 Guards, each reported in the metrics:
 - an optimiser step whose loss or gradient norm is not finite is skipped (``nonfinite_steps``);
@@ -62,6 +62,7 @@ from kforge.learner.losses import (
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
 from kforge.learner.sums import Done, Sums
+from kforge.rollout.base import SamplingParams
 
 if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
     from kforge.config.schema import KforgeConfig
@@ -94,15 +95,16 @@ class Learner:
         model: Any = None,
         tokenizer: Any = None,
         total_steps: int | None = None,
-        temperature: float = 1.0,
+        sampling: SamplingParams | None = None,
     ) -> None:
-        if temperature <= 0:
-            raise LearnerError(f"learner temperature {temperature}: must be > 0 (use 1.0 for greedy rollouts)")
+        r = cfg.rollout  # without the run's sampling record (a learner outside a run): temperature 1
+        s = self.sampling = sampling or SamplingParams(r.max_tokens, 1.0, r.top_p, r.top_k)
+        if s.temperature <= 0:
+            raise LearnerError(f"learner temperature {s.temperature}: must be > 0 (use 1.0 for greedy rollouts)")
         self.cfg = cfg
         self.device = torch.device(device)
-        self.temperature = float(temperature)
-        # The sampler's truncation: the learner must score tokens under the distribution they came from.
-        self.top_k, self.top_p = int(cfg.rollout.top_k), float(cfg.rollout.top_p)
+        # The sampler's settings: the learner must score tokens under the distribution they came from.
+        self.temperature, self.top_k, self.top_p = float(s.temperature), int(s.top_k), float(s.top_p)
         if model is None:
             model, loaded_tokenizer = load_base(cfg, device)
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
@@ -219,7 +221,7 @@ class Learner:
         totals = dict(
             total_tokens=float(sum(len(s.response_ids) for s in mini)),
             total_seqs=float(len(mini)),
-            const_len=float(self.cfg.rollout.max_tokens),
+            const_len=float(self.sampling.max_tokens),
         )
         plan = plan_micro_batches([s.num_tokens for s in mini], lc.micro_batch_tokens)
         loss_total = 0.0

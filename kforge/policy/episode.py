@@ -1,4 +1,4 @@
-"""Multi-turn episodes: generate, parse, evaluate, score, feed the verdict back, stop or refine.
+"""Multi-turn episodes: generate, parse, evaluate, feed the verdict back, stop or refine.
 
 Each trajectory is its own chain of turns and never waits for another: its next prompt goes to the
 engine as soon as its own verdict is back, while other trajectories are still generating or being
@@ -8,7 +8,8 @@ evaluation. Each request carries its own seed (from the run seed, the problem, t
 turn), so a trajectory's samples do not depend on which others it happened to share a batch with.
 
 Responses without a readable kernel get a format-error verdict here and never reach the evaluator. This
-module knows the evaluator only as an async function and the reward only as a function.
+module knows the evaluator only as an async function. It records verdicts and never scores them: a turn's
+score, return and advantage are written by `kforge.credit` alone (the trainer's credit step).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from kforge.config.schema import EpisodeConfig, KforgeConfig
 
 EvaluateFn = Callable[[Problem, str, str], Awaitable[Verdict]]  # (problem, code, backend) -> verdict
-ScoreFn = Callable[[Turn, Trajectory], "tuple[float, dict[str, float]]"]
 OnTurn = Callable[[Trajectory, Turn], None]
 
 STOP_CORRECT = "correct"
@@ -81,7 +81,6 @@ async def run_episode(
     queue: GenerationQueue,
     builder: PromptBuilder,
     evaluate: EvaluateFn,
-    score: ScoreFn,
     cfg: "KforgeConfig",
     policy_version: int,
     seed: int,
@@ -122,7 +121,6 @@ async def run_episode(
             truncated=completion.finish_reason == "length",
         )
         traj.turns.append(turn)
-        turn.score, turn.reward_components = score(turn, traj)
         # The next prompt shows the code and the feedback; the thinking only with episode.keep_thinking.
         history.append(Attempt(code=cand.code, feedback=feedback_of(verdict), thinking=cand.thinking))
         failed_in_a_row = 0 if verdict.correct else failed_in_a_row + 1
@@ -143,7 +141,6 @@ async def run_episodes(
     backend: RolloutBackend,
     builder: PromptBuilder,
     evaluate: EvaluateFn,
-    score: ScoreFn,
     cfg: "KforgeConfig",
     policy_version: int,
     on_turn: OnTurn | None = None,
@@ -152,7 +149,7 @@ async def run_episodes(
     """One trajectory per `(problem, group_index)` job, in job order; the chains run concurrently."""
     queue = GenerationQueue(backend)
     base_seed = cfg.dataset.seed if seed is None else seed
-    chains = [asyncio.ensure_future(run_episode(p, g, queue, builder, evaluate, score, cfg, policy_version,
+    chains = [asyncio.ensure_future(run_episode(p, g, queue, builder, evaluate, cfg, policy_version,
                                                 base_seed, on_turn)) for p, g in jobs]
     try:
         return list(await asyncio.gather(*chains))

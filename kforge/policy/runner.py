@@ -1,6 +1,6 @@
-"""The EpisodeRunner: problems in, trajectories with verdicts and scores out. Training rollouts, held-out
-evaluation during training and `kforge eval` all run episodes through one of these (built in one place:
-`kforge.eval.runner.build_runner`).
+"""The EpisodeRunner: problems in, trajectories with verdicts out (credit scores them). Training rollouts,
+held-out evaluation during training and `kforge eval` all run episodes through one of these, built in one
+place: `EpisodeRunner.from_config`.
 
 Each `run` returns its own `RolloutStats`: what that phase cost (engine time, evaluation time, cache hits).
 Nothing about a phase lives in shared fields, so in pipelined mode the next step's rollouts cannot
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kforge.evaluator.verdict import Verdict
-from kforge.policy.episode import OnTurn, ScoreFn, run_episodes
+from kforge.policy.episode import OnTurn, run_episodes
+from kforge.policy.examples import ExampleRetriever
 from kforge.policy.prompts import PromptBuilder
 from kforge.policy.records import Trajectory
 from kforge.problems.record import Problem
@@ -100,10 +101,18 @@ class EpisodeRunner:
     backend: Any  # RolloutBackend
     builder: PromptBuilder
     judge: JudgeFn
-    score: ScoreFn
     cfg: "KforgeConfig"
     cache: VerdictCache | None = field(default_factory=VerdictCache)
     inflight: InFlight = field(default_factory=InFlight)
+
+    @classmethod
+    def from_config(cls, cfg: "KforgeConfig", backend: Any, judge: JudgeFn,
+                    retriever: ExampleRetriever | None = None, cache: bool = True) -> "EpisodeRunner":
+        """The runner of training rollouts, held-out evaluation and `kforge eval`: prompts as the config asks
+        (with `retriever` for prompt_option=raicl: `kforge.rag.retriever_for`), `judge` (the eval pool's
+        evaluate), and a verdict cache unless every sample must be judged on its own (`kforge eval`)."""
+        builder = PromptBuilder.from_config(cfg, backend.tokenizer, retriever=retriever)
+        return cls(backend, builder, judge, cfg, VerdictCache() if cache else None)
 
     async def run(self, jobs: list[tuple[Problem, int]], policy_version: int, seed: int,
                   on_turn: OnTurn | None = None) -> Rollouts:
@@ -116,7 +125,7 @@ class EpisodeRunner:
                 on_turn(trajectory, turn)
 
         trajectories = await run_episodes(jobs, _Timed(self.backend, stats, self.inflight), self.builder,
-                                          lambda p, c, b: self._evaluate(p, c, b, stats), self.score, self.cfg,
+                                          lambda p, c, b: self._evaluate(p, c, b, stats), self.cfg,
                                           policy_version, on_turn=turn_done, seed=seed)
         stats.wall_s = time.time() - t0
         return Rollouts(trajectories, stats)

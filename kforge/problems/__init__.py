@@ -4,12 +4,13 @@ from kforge.problems.hub import hub_blocker, split_runnable
 from kforge.problems.record import Problem
 from kforge.problems.selection import (
     find_problem,
+    load_problems,
     problems_from_config,
     select_problems,
     split_problems,
     training_keys,
 )
-from kforge.problems.sources import ProblemSourceError, builtin_problems, load_problems
+from kforge.problems.sources import ProblemSourceError, builtin_problems
 
 __all__ = [
     "Problem",

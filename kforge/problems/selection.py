@@ -1,19 +1,82 @@
-"""Choosing problems from a loaded list: by id range or name, one by spec, and the train/test split."""
+"""Loading problems from a source spec, choosing from them (by id range or name, one by spec), and the
+train/test split."""
 
 from __future__ import annotations
 
 import difflib
 import hashlib
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from kforge.problems.kernelbench import locate
 from kforge.problems.record import Problem
-from kforge.problems.sources import ProblemSourceError, load_problems
+from kforge.problems.sources import (
+    HF_DATASET,
+    KERNELBENCH_ENV,
+    ProblemSourceError,
+    builtin_problems,
+    load_hf,
+    load_jsonl,
+    load_kernelbench_folder,
+)
 
 if TYPE_CHECKING:
     from kforge.config.schema import DatasetConfig
 
 _KEY = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def load_problems(source: str, levels: list[int] | None = None) -> list[Problem]:
+    """Every problem `source` provides at `levels` (all levels when None or empty), sorted by (level, id)."""
+    wanted = _check_levels(levels)
+    spec = (source or "").strip()
+    if not spec:
+        raise ProblemSourceError("empty problem source: use builtin, kernelbench, hf, a .jsonl file or a folder")
+    kind, _, arg = spec.partition(":")
+    kind = kind.lower()
+    if spec.lower() == "builtin":
+        problems = builtin_problems()
+    elif spec.lower() == "kernelbench":
+        problems = load_kernelbench_folder(locate().path, wanted)
+    elif kind == "kernelbench" and arg:
+        problems = load_kernelbench_folder(Path(arg).expanduser(), wanted)
+    elif spec.lower() == "hf":
+        problems = load_hf(HF_DATASET, wanted)
+    elif kind == "hf" and arg:
+        problems = load_hf(arg, wanted)
+    elif kind == "jsonl" and arg:
+        problems = load_jsonl(Path(arg).expanduser())
+    else:
+        problems = _load_path(Path(spec).expanduser(), wanted)
+    if wanted is not None:
+        problems = [p for p in problems if p.level in wanted]
+    return sorted(problems, key=lambda p: (p.level, p.problem_id))
+
+
+def _load_path(path: Path, levels: set[int] | None) -> list[Problem]:
+    if path.suffix == ".jsonl":
+        return load_jsonl(path)
+    if path.is_dir():
+        return load_kernelbench_folder(path, levels)
+    if path.exists():
+        raise ProblemSourceError(f"problem source {path} is a file but not .jsonl: give a .jsonl file or a folder")
+    raise ProblemSourceError(
+        f"unknown problem source {str(path)!r}: use builtin, kernelbench (with {KERNELBENCH_ENV} set), hf, "
+        "a .jsonl file or a KernelBench checkout folder"
+    )
+
+
+def _check_levels(levels: list[int] | None) -> set[int] | None:
+    # An empty list means no filter, as None does: "no level named" is not "no problems wanted".
+    if not levels:
+        return None
+    wanted = set()
+    for level in levels:
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise ProblemSourceError(f"bad level {level!r}: levels are positive integers (1, 2, ...)")
+        wanted.add(level)
+    return wanted
 
 
 def select_problems(

@@ -1,6 +1,6 @@
-"""Where problems come from: the built-in suite, a .jsonl file, a KernelBench checkout, or Hugging Face.
-
-`load_problems(source)` is the one entry point. A source is one of:
+"""Readers of the places problems come from: the built-in suite, a .jsonl file, a KernelBench folder, or
+Hugging Face. `kforge.problems.selection.load_problems(source)` is the one entry point and picks the reader;
+this module imports no other problem module (KernelBench's locator builds on it). A source is one of:
 
 - ``builtin``: the small suite under ``kforge/problems/builtin`` (each with a reference Triton solution);
 - ``kernelbench``: KernelBench, found through ``KERNELBENCH_ROOT``, an installed ``kernelbench`` package or
@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -42,35 +41,6 @@ _OTHER_WAYS = (
 
 class ProblemSourceError(ValueError):
     """A problem source that cannot be read; the message is one line saying what, where and what to do."""
-
-
-def load_problems(source: str, levels: list[int] | None = None) -> list[Problem]:
-    """Every problem `source` provides at `levels` (all levels when None or empty), sorted by (level, id)."""
-    wanted = _check_levels(levels)
-    spec = (source or "").strip()
-    if not spec:
-        raise ProblemSourceError("empty problem source: use builtin, kernelbench, hf, a .jsonl file or a folder")
-    kind, _, arg = spec.partition(":")
-    kind = kind.lower()
-    if spec.lower() == "builtin":
-        problems = builtin_problems()
-    elif spec.lower() == "kernelbench":
-        from kforge.problems.kernelbench import locate  # it builds on this module
-
-        problems = load_kernelbench_folder(locate().path, wanted)
-    elif kind == "kernelbench" and arg:
-        problems = load_kernelbench_folder(Path(arg).expanduser(), wanted)
-    elif spec.lower() == "hf":
-        problems = load_hf(HF_DATASET, wanted)
-    elif kind == "hf" and arg:
-        problems = load_hf(arg, wanted)
-    elif kind == "jsonl" and arg:
-        problems = load_jsonl(Path(arg).expanduser())
-    else:
-        problems = _load_path(Path(spec).expanduser(), wanted)
-    if wanted is not None:
-        problems = [p for p in problems if p.level in wanted]
-    return sorted(problems, key=lambda p: (p.level, p.problem_id))
 
 
 def builtin_problems() -> list[Problem]:
@@ -134,19 +104,6 @@ def load_hf(dataset: str = HF_DATASET, levels: set[int] | None = None, revision:
         for index, row in enumerate(rows):
             problems.append(_problem_from_row(row, source=f"hf:{dataset}", where=f"{dataset}[{split}][{index}]"))
     return problems
-
-
-def _load_path(path: Path, levels: set[int] | None) -> list[Problem]:
-    if path.suffix == ".jsonl":
-        return load_jsonl(path)
-    if path.is_dir():
-        return load_kernelbench_folder(path, levels)
-    if path.exists():
-        raise ProblemSourceError(f"problem source {path} is a file but not .jsonl: give a .jsonl file or a folder")
-    raise ProblemSourceError(
-        f"unknown problem source {str(path)!r}: use builtin, kernelbench (with {KERNELBENCH_ENV} set), hf, "
-        "a .jsonl file or a KernelBench checkout folder"
-    )
 
 
 def _load_levels(base: Path, levels: set[int] | None, source: str, with_solutions: bool) -> list[Problem]:
@@ -214,18 +171,6 @@ def _problem_from_row(row: Any, source: str, where: str) -> Problem:
         source=source,
         solution=solution if isinstance(solution, str) else None,
     )
-
-
-def _check_levels(levels: list[int] | None) -> set[int] | None:
-    # An empty list means no filter, as None does: "no level named" is not "no problems wanted".
-    if not levels:
-        return None
-    wanted = set()
-    for level in levels:
-        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
-            raise ProblemSourceError(f"bad level {level!r}: levels are positive integers (1, 2, ...)")
-        wanted.add(level)
-    return wanted
 
 
 def _first_line(exc: BaseException) -> str:

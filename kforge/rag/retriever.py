@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from kforge.rag.embed import Embedder, EmbedderSpec, resolve_embedder
 from kforge.rag.errors import RagError
 from kforge.rag.index import StoredIndex, load_index, read_manifest
 from kforge.rag.text import bare_name, code_hash, embedding_text, structure_hash
+
+if TYPE_CHECKING:
+    from kforge.config.schema import DatasetConfig
 
 
 class RagRetriever:
@@ -153,6 +156,15 @@ class _SelfMatch:
         if entry.problem_key is not None and entry.problem_key == p.key and entry.source == p.source:
             return True
         return entry.structure_hash == self.structure
+
+
+def retriever_for(dataset: "DatasetConfig") -> RagRetriever | None:
+    """The example retriever a run's prompts need (prompt_option=raicl), or None for every other option."""
+    if dataset.prompt_option != "raicl":
+        return None
+    if not dataset.rag_index_path:
+        raise RagError("dataset.prompt_option=raicl needs dataset.rag_index_path (build one with `kforge rag build`)")
+    return load_retriever(dataset.rag_index_path, backend=dataset.backend)
 
 
 def load_retriever(

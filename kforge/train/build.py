@@ -53,28 +53,30 @@ def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
 
 def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
                 say: Callable[[str], None] = log.info) -> Parts:
-    from kforge.eval.runner import build_runner
     from kforge.evaluator import EvalPool
+    from kforge.policy.runner import EpisodeRunner
+    from kforge.rag import retriever_for
+    from kforge.rollout.base import sampling_from_config
     from kforge.rollout.factory import choose_backend, make_backend
 
     pool = EvalPool(cfg.evaluator, devices=plan.eval or None)
     learner = backend = None
+    sampling = sampling_from_config(cfg)  # the learner scores tokens under what the engine sampled with
     try:
         if plan.mode == "cpu":
             from kforge.learner.learner import Learner
             from kforge.rollout.hf import HFBackend
 
             say("loading the model (CPU)")
-            learner = Learner(cfg, device="cpu", total_steps=total_steps, temperature=cfg.rollout.temperature)
+            learner = Learner(cfg, device="cpu", total_steps=total_steps, sampling=sampling)
             backend = HFBackend.from_model(learner.model, learner.tokenizer, batch_size=cfg.rollout.hf_batch_size)
             restart = None
         else:
             from kforge.train.learner_proc import LearnerProcess
 
-            say(f"starting the learner on GPU {plan.physical('learner')}")
-            learner = LearnerProcess(cfg, plan.physical("learner"), total_steps=total_steps,
-                                     log_path=str(run.path / "learner.log"))
-            say(f"starting the rollout engine on GPU {plan.physical('rollout')}")
+            say(f"starting the learner on GPU {plan.names('learner')}")
+            learner = LearnerProcess(cfg, plan.learner, total_steps, sampling, log_path=str(run.path / "learner.log"))
+            say(f"starting the rollout engine on GPU {plan.names('rollout')}")
 
             # The vLLM worker writes its own log; the hf backend runs in this process and has none.
             extra = {"log_path": str(run.path / "rollout.log")} if choose_backend(cfg.rollout.backend) == "vllm" else {}
@@ -83,11 +85,11 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
                 return make_backend(cfg, plan.rollout, **extra)
 
             backend = restart()
-        runner = build_runner(cfg, backend, pool)
+        runner = EpisodeRunner.from_config(cfg, backend, pool.evaluate, retriever_for(cfg.dataset))
     except BaseException:
         for part in (backend, learner, pool):
             if part is not None and hasattr(part, "close"):
                 part.close()
         raise
-    return Parts(learner, backend, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart)
+    return Parts(learner, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart)
 

@@ -9,8 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kforge.eval.report import summarize
-from kforge.eval.runner import trajectory_outcome
+from kforge.eval.report import summarize, trajectory_outcome
 from kforge.evaluator.verdict import Status
 from kforge.policy.records import Trajectory
 

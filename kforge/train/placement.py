@@ -1,15 +1,15 @@
 """Which GPUs run the rollout engine, the learner and the eval pool.
 
-Indices are logical (positions in CUDA_VISIBLE_DEVICES when it is set); `physical()` maps them back (through
-`kforge.gpus`, the one mapping) so a role's child process can be started with its own CUDA_VISIBLE_DEVICES
-before it imports torch.
+Indices are logical (positions in CUDA_VISIBLE_DEVICES when it is set), for every role: the learner process,
+the rollout worker and the eval pool each map their own to physical ids through `kforge.gpus` (the one
+mapping) when they start a child with its own CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kforge.gpus import visible_ids
+from kforge.gpus import GpuIndexError, check_indices, visible_ids
 
 ROLES = ("rollout", "learner", "eval")
 
@@ -31,8 +31,9 @@ class Plan:
             return "cpu"
         return "shared" if set(self.rollout) & set(self.learner) else "split"
 
-    def physical(self, role: str) -> str:
-        return ",".join(self.gpus[i] for i in getattr(self, role))
+    def names(self, role: str) -> str:
+        """The role's GPUs for a message: logical index and, where it differs, the physical id."""
+        return ",".join(str(i) if self.gpus[i] == str(i) else f"{i} ({self.gpus[i]})" for i in getattr(self, role))
 
     def describe(self) -> str:
         if self.mode == "cpu":
@@ -63,10 +64,10 @@ def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]
     n = len(gpus)
     plan = Plan(gpus)
     for role, ids in (overrides or {}).items():
-        bad = [i for i in ids if i < 0 or i >= n]
-        if bad:
-            seen = f"{n} GPU(s) visible (0..{n - 1})" if n else "no GPU is visible"
-            raise PlacementError(f"{role} GPU {bad[0]} does not exist: {seen}")
+        try:
+            check_indices(ids, n, f"{role} GPU")
+        except GpuIndexError as exc:
+            raise PlacementError(str(exc)) from None
     if n == 0:
         return plan
     if n == 1:

@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import logging
 import random
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from kforge.train.data import ProblemSampler
 from kforge.train.gpu import PeakMemory
 from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
 from kforge.train.placement import Plan
+from kforge.train.stopflag import StopFlag
 
 log = logging.getLogger("kforge.train")
 
@@ -55,40 +55,18 @@ def seed_everything(seed: int) -> None:
 
 
 @dataclass
-class StopFlag:
-    """Ctrl-C once: finish the step, checkpoint, exit. Twice: stop now."""
-
-    requested: bool = False
-    _old: Any = None
-
-    def install(self) -> None:
-        def handler(signum: int, frame: Any) -> None:
-            if self.requested:
-                raise KeyboardInterrupt
-            self.requested = True
-            log.warning("stop requested: finishing this step, saving a checkpoint (Ctrl-C again to stop now)")
-
-        try:
-            self._old = signal.signal(signal.SIGINT, handler)
-            signal.signal(signal.SIGTERM, handler)
-        except ValueError:  # not in the main thread (tests): no handler
-            self._old = None
-
-    def restore(self) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-
-
-@dataclass
 class Parts:
     """What the trainer drives; built by `build_trainer`."""
 
     learner: Any  # Learner (CPU, in-process) or LearnerProcess
-    backend: Any  # RolloutBackend
     pool: Any  # EvalPool
-    runner: EpisodeRunner
+    runner: EpisodeRunner  # holds the rollout backend: the one reference a restart replaces
     shares_model: bool  # the rollout backend samples from the learner's in-process model (CPU mode)
     restart_backend: Callable[[], Any] | None = None  # a fresh rollout backend (GPU placements)
+
+    @property
+    def backend(self) -> Any:
+        return self.runner.backend if self.runner is not None else None
 
     def close(self) -> None:
         for part in (self.backend, self.pool, self.learner):
@@ -276,7 +254,7 @@ class Trainer:
             self.parts.backend.close()
         except Exception as close_exc:  # the worker is already gone; closing is best effort
             log.warning("closing the failed rollout worker: %s", close_exc)
-        self.parts.backend = self.parts.runner.backend = self.parts.restart_backend()
+        self.parts.runner.backend = self.parts.restart_backend()
         self._synced_version = None  # the new engine has no adapter yet
         self._sync_adapter()
         self.restarts += 1
@@ -293,7 +271,9 @@ class Trainer:
     # -- 2. credit, 3. learn --------------------------------------------------------------------------
     def _credit(self, trajectories: list[Trajectory]) -> tuple[list[Any], dict[str, float]]:
         from kforge.credit.advantages import assign_returns, build_samples
+        from kforge.credit.rewards import score_trajectories
 
+        score_trajectories(trajectories, self.cfg.reward, self.cfg.episode.thinking)  # the turns' only scorer
         assign_returns(trajectories, self.cfg.episode.gamma)
         return build_samples(trajectories, self.cfg.learner)
 

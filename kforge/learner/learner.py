@@ -55,6 +55,7 @@ from kforge.learner.losses import (
     aggregate,
     discounted_future_sum,
     kl_estimate,
+    kl_log_ratio,
     mismatch_rejected,
     reduction_for,
     token_loss,
@@ -132,6 +133,7 @@ class Learner:
             raise LearnerError(str(exc)) from None
         self.version = 0  # train_step calls so far (adapter version)
         self.optimizer_steps = 0
+        self._arrival: list[Tensor] | None = None
 
     # ------------------------------------------------------------------ training
 
@@ -159,6 +161,8 @@ class Learner:
         # Drawn from the global RNG (saved in checkpoints), so a resumed run draws the same masks.
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if self.dropout else None
 
+        # The adapter as the batch arrived (LoRA only: small), for old log-probs redone after an OOM split.
+        self._arrival = [p.detach().clone() for p in self.params] if self.dropout and n_mini > 1 else None
         old_logps = self._old_logprobs(minibatches, seed) if n_mini > 1 else None
         sums, stats = Sums(), {"loss": 0.0, "grad_norm": 0.0, "grad_norm_max": 0.0, "tokens": 0.0}
         applied = 0
@@ -248,7 +252,12 @@ class Learner:
             parts = [list(range(len(indices) // 2)), list(range(len(indices) // 2, len(indices)))]
         out: list[Done] = []
         for k, part in enumerate(parts):
-            out += self._micro_with_retry(mini, [indices[i] for i in part], old, totals, mix_seed(seed, 1000 + k), half, sums)
+            part_indices, part_seed = [indices[i] for i in part], mix_seed(seed, 1000 + k)
+            if old is not None and self._arrival is not None:
+                # New micro-batches draw new dropout masks: their old log-probs must be taken under the
+                # same masks (and the arrival weights), or the ratio measures the masks, not the update.
+                self._redo_old_logprobs(mini, part_indices, part_seed, old)
+            out += self._micro_with_retry(mini, part_indices, old, totals, part_seed, half, sums)
         return out
 
     def _micro(self, mini: list[Sample], indices: list[int], old: list[Tensor] | None,
@@ -277,7 +286,8 @@ class Learner:
         if ref is not None:
             kl = kl_estimate(logp, ref, lc.kl_estimator)
             if lc.kl_discount > 0:
-                advantages = advantages - lc.kl_coef * discounted_future_sum(kl.detach(), mask, lc.kl_discount)
+                future = discounted_future_sum(kl_log_ratio(logp, ref), mask, lc.kl_discount)
+                advantages = advantages - lc.kl_coef * future
         tl = token_loss(
             lc.loss_fn, logp, old_lp, rollout, advantages,
             clip_low=lc.clip_low, clip_high=lc.clip_high, is_clip=lc.is_clip,
@@ -309,23 +319,39 @@ class Learner:
     def _old_logprobs(self, minibatches: list[list[Sample]], seed: int | None) -> list[list[Tensor]]:
         """Log-probs of every response under the weights the batch arrived at (before any substep), in
         train mode with the dropout masks the update's forward pass will draw (same seeds, same plan)."""
-        self.model.train()
         out: list[list[Tensor]] = []
         for m, mini in enumerate(minibatches):
             per_sample: list[Tensor] = [torch.empty(0)] * len(mini)
             if m > 0:  # minibatch 0 uses the update's own log-probs
                 plan = plan_micro_batches([s.num_tokens for s in mini], self.cfg.learner.micro_batch_tokens)
                 for j, indices in enumerate(plan):
-                    batch = collate(mini, indices, self.pad_id, self.device)
-                    with dropout_masks(mix_seed(mix_seed(seed, m), j), self.device):
-                        logits = response_logits(self.model, batch)
-                    logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
-                    for row, i in enumerate(indices):
-                        k = len(mini[i].response_ids)
-                        per_sample[i] = logp[row, logp.shape[1] - k:].clone()
+                    self._rows_logprobs(mini, indices, mix_seed(mix_seed(seed, m), j), per_sample)
             out.append(per_sample)
         self.model.eval()
         return out
+
+    @torch.no_grad()
+    def _rows_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, into: list[Tensor]) -> None:
+        """Train-mode log-probs of ``mini[indices]`` as one micro-batch under ``seed``'s dropout masks."""
+        self.model.train()
+        batch = collate(mini, indices, self.pad_id, self.device)
+        with dropout_masks(seed, self.device):
+            logits = response_logits(self.model, batch)
+        logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
+        for row, i in enumerate(indices):
+            into[i] = logp[row, logp.shape[1] - len(mini[i].response_ids):].clone()
+
+    @torch.no_grad()
+    def _redo_old_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, old: list[Tensor]) -> None:
+        """Old log-probs of ``mini[indices]`` again, under the arrival weights and ``seed``'s masks."""
+        current = [p.detach().clone() for p in self.params]
+        try:
+            for p, a in zip(self.params, self._arrival or []):
+                p.copy_(a)
+            self._rows_logprobs(mini, indices, seed, old)
+        finally:
+            for p, c in zip(self.params, current):
+                p.copy_(c)
 
     @staticmethod
     def _gather_old(old: list[Tensor], batch: MicroBatch, like: Tensor) -> Tensor:

@@ -289,7 +289,7 @@ class Trainer:
         from kforge.credit.advantages import assign_returns, build_samples
 
         assign_returns(trajectories, self.cfg.episode.gamma)
-        return build_samples(trajectories, self.cfg.learner)
+        return build_samples(trajectories, self.cfg.learner, self.cfg.reward.coverage_scaled_speed)
 
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         t0 = time.time()

@@ -47,8 +47,11 @@ from kforge.learner.lora import (
     attach_reference,
     enable_gradient_checkpointing,
     has_dropout,
+    is_quantized_model,
     load_adapter_weights,
     load_base,
+    pad_id_of,
+    release_memory,
     trainable_parameters,
 )
 from kforge.learner.losses import (
@@ -62,7 +65,7 @@ from kforge.learner.losses import (
 )
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
-from kforge.learner.sums import Done, Sums
+from kforge.learner.sums import Done, Sums, step_metrics
 
 if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
     from kforge.config.schema import KforgeConfig
@@ -107,7 +110,7 @@ class Learner:
         if model is None:
             model, loaded_tokenizer = load_base(cfg, device)
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-        elif not _is_quantized_model(model):
+        elif not is_quantized_model(model):
             model = model.to(self.device)
         self.model = attach_lora(model, cfg)
         self.adapter = self.model.active_adapter
@@ -117,7 +120,7 @@ class Learner:
         self.tokenizer = tokenizer
         if cfg.model.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
-        self.pad_id = _pad_id(tokenizer, self.model)
+        self.pad_id = pad_id_of(tokenizer, self.model)
         self.dropout = has_dropout(self.model)
 
         self.params = trainable_parameters(self.model)
@@ -189,32 +192,7 @@ class Learner:
         self.model.eval()
         self.version += 1
         elapsed = time.perf_counter() - started
-        has_is = sums.values.get("_is_tokens", 0.0)
-        metrics = {
-            "loss": stats["loss"] / applied if applied else 0.0,
-            "kl": sums.mean("kl"),
-            "entropy": sums.mean("entropy"),
-            "clip_fraction": sums.mean("clipped"),
-            "is_ratio_mean": sums.values.get("is_ratio", 0.0) / has_is if has_is else 1.0,
-            "is_ratio_max": sums.maxima.get("is_ratio", 1.0) if has_is else 1.0,
-            "is_clip_fraction": sums.values.get("is_clipped", 0.0) / has_is if has_is else 0.0,
-            "rollout_logprob_diff": sums.values.get("logp_diff", 0.0) / has_is if has_is else 0.0,
-            "grad_norm": stats["grad_norm"] / applied if applied else 0.0,
-            "grad_norm_max": stats["grad_norm_max"],
-            "tokens": stats["tokens"],
-            "response_tokens": sums.tokens,
-            "tokens_per_s": stats["tokens"] / elapsed if elapsed > 0 else 0.0,
-            "samples": float(len(samples)),
-            "step_s": elapsed,
-            "lr": self._lr(),
-            "optimizer_steps": float(self.optimizer_steps),
-            "version": float(self.version),
-            "skipped": 0.0,
-            "nonfinite_steps": sums.values.get("nonfinite_steps", 0.0),
-            "oom_retries": sums.values.get("oom_retries", 0.0),
-            "mismatch_rejected": sums.values.get("mismatch_rejected", 0.0),
-        }
-        return metrics
+        return step_metrics(sums, stats, applied, len(samples), elapsed, self._lr(), self.optimizer_steps, self.version)
 
     def _accumulate(self, mini: list[Sample], old: list[Tensor] | None, sums: Sums, stats: dict[str, float],
                     seed: int | None) -> float:
@@ -244,7 +222,7 @@ class Learner:
         except torch.OutOfMemoryError:
             if len(indices) == 1:
                 raise
-        _release_memory(self.device)
+        release_memory(self.device)
         sums.count("oom_retries", 1.0)
         half = max(1, budget // 2)
         parts = plan_micro_batches([mini[i].num_tokens for i in indices], half)
@@ -418,24 +396,3 @@ class Learner:
         ckpt.set_rng_state(state["rng"])
         self.version = int(state["version"])
         self.optimizer_steps = int(state["optimizer_steps"])
-
-
-def _is_quantized_model(model: Any) -> bool:
-    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "hf_device_map", None))
-
-
-def _pad_id(tokenizer: Any, model: Any) -> int:
-    """Any valid id works (pads are masked out); prefer the tokenizer's pad, then eos, then 0."""
-    for source in (tokenizer, getattr(model, "config", None)):
-        for name in ("pad_token_id", "eos_token_id"):
-            value = getattr(source, name, None) if source is not None else None
-            if isinstance(value, list):
-                value = value[0] if value else None
-            if isinstance(value, int):
-                return value
-    return 0
-
-
-def _release_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

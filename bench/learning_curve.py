@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import sys
 import time
@@ -117,27 +118,57 @@ def shuffle_advantages(samples: list, rng: random.Random) -> None:
         sample.advantage = adv
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (no SciPy needed on a bare GPU machine)."""
+    if t == 0.0:
+        return 0.5
+    x = df / (df + t * t)
+    a, b = df / 2.0, 0.5
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    ibeta = front * _betacf(a, b, x) / a if x < (a + 1) / (a + b + 2) else 1.0 - front * _betacf(b, a, 1 - x) / b
+    tail = 0.5 * ibeta  # P(|T| > |t|) / 2
+    return tail if t >= 0 else 1.0 - tail
+
+
 def paired_test(a: list[float], b: list[float]) -> dict[str, float]:
     """One-sided paired t-test of mean(a - b) > 0 over matched steps, and d_z = mean / sd of the differences.
     All differences equal: no spread, p is 0 when they are positive and 1 otherwise."""
-    import numpy as np
-    from scipy import stats
-
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    n, mean = int(d.size), float(d.mean()) if d.size else 0.0
-    sd = float(d.std(ddof=1)) if n > 1 else 0.0
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n if n else 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
     if n < 2 or sd == 0.0:
         return {"n": n, "mean_diff": mean, "sd": sd, "dz": float("inf") if mean > 0 else 0.0,
                 "t": float("nan"), "p": 0.0 if mean > 0 and n > 1 else 1.0}
-    t, p = stats.ttest_1samp(d, 0.0, alternative="greater")
-    return {"n": n, "mean_diff": mean, "sd": sd, "dz": mean / sd, "t": float(t), "p": float(p)}
+    t = mean / (sd / math.sqrt(n))
+    return {"n": n, "mean_diff": mean, "sd": sd, "dz": mean / sd, "t": t, "p": t_sf(t, n - 1)}
 
 
 def fisher_greater(hits_a: int, n_a: int, hits_b: int, n_b: int) -> float:
-    """One-sided Fisher exact p that rate a exceeds rate b."""
-    from scipy import stats
-
-    return float(stats.fisher_exact([[hits_a, n_a - hits_a], [hits_b, n_b - hits_b]], alternative="greater")[1])
+    """One-sided Fisher exact p that rate a exceeds rate b: P(a's hits >= observed) under the
+    hypergeometric law with the margins fixed."""
+    hits, total = hits_a + hits_b, n_a + n_b
+    denom = math.comb(total, hits)
+    return sum(math.comb(n_a, k) * math.comb(n_b, hits - k) for k in range(hits_a, min(n_a, hits) + 1)) / denom
 
 
 def step_means(rows: list[dict], arm: str, key: str = "score") -> dict[int, float]:
@@ -222,7 +253,11 @@ def held_out(arms: dict[str, Arm], problems, builder, pool, args) -> dict:
 
 
 def plot(rows: list[dict], out: Path, title: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no curve.png")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

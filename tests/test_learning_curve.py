@@ -45,6 +45,20 @@ def test_paired_test_uses_per_step_differences():
     assert lc.paired_test([0.5, 0.5], [0.5, 0.5])["p"] == 1.0  # identical arms (lr 0 vs lr 0)
 
 
+def test_the_tests_match_scipy():
+    """The bench computes its p-values itself (a bare GPU machine may lack SciPy); they match SciPy's."""
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(1)
+    for n in (3, 8, 20):
+        a, b = [rng.random() for _ in range(n)], [rng.random() for _ in range(n)]
+        assert lc.paired_test(a, b)["p"] == pytest.approx(stats.ttest_rel(a, b, alternative="greater").pvalue, rel=1e-9)
+    for t, df in ((0.3, 3), (2.1, 5), (-1.2, 7), (30.0, 3), (0.0, 4)):
+        assert lc.t_sf(t, df) == pytest.approx(stats.t.sf(t, df), rel=1e-9)
+    for q in ((5, 10, 1, 10), (3, 8, 3, 8), (12, 40, 4, 40)):
+        table = [[q[0], q[1] - q[0]], [q[2], q[3] - q[2]]]
+        assert lc.fisher_greater(*q) == pytest.approx(stats.fisher_exact(table, alternative="greater")[1], rel=1e-9)
+
+
 def test_fisher_exact_one_sided():
     assert lc.fisher_greater(10, 10, 0, 10) == pytest.approx(1 / 184756)  # C(20, 10)
     assert lc.fisher_greater(0, 10, 10, 10) == 1.0

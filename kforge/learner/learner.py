@@ -18,7 +18,9 @@ Guards, each reported in the metrics:
 
 Dropout: the old log-probs of substeps after the first are computed in train mode under the same seeded
 dropout masks as the update's forward pass, and the first substep uses the update's own log-probs, so
-ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1).
+ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1). An
+out-of-memory split draws new masks for its halves, so their old log-probs are taken again under those
+masks and the adapter as the batch arrived (a LoRA-sized copy kept for the step).
 
 KL reference: the policy the run started from: the base model (a fresh adapter is zero) or, with
 ``model.checkpoint``, a frozen second copy of that adapter.

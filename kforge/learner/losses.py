@@ -20,6 +20,11 @@ Mismatch rejection (``mismatch_rejected``): truncated IS bounds the weight of a 
 learner disagree on, but a sequence whose disagreement is extreme (a numerics bug, a stale or wrong
 adapter) is better left out than down-weighted: its loss is masked, the normaliser is unchanged.
 
+Non-finite values: a token outside the learner's top-k/top-p set has log-prob -inf, floored at -1e4
+(kforge.learner.logprobs). Log ratios inside exp() are bounded (``MAX_LOG_RATIO``), masks are applied
+with ``torch.where`` (inf * 0 would be NaN), and the clipped surrogate counts only where the truncated
+weight is positive (0 * a huge ratio would be NaN), so one such token never skips the optimiser step.
+
 Reductions: ``token_mean`` (sum over tokens / tokens), ``sequence_mean`` (mean over each sequence, then
 over sequences) and ``constant`` (Dr.GRPO: sum over tokens / (sequences * a fixed token budget), so a
 long response's tokens weigh the same as a short one's: no length bias).

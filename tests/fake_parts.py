@@ -82,6 +82,23 @@ class FakeBuilder:
         return Built(ids, len(ids))
 
 
+# The structure the format reward asks for (a ModelNew whose forward launches a kernel of the file).
+FAKE_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr):
+    pass
+
+
+class ModelNew:
+    def forward(self, x):
+        k[(1,)](x)
+        return x
+"""
+
+
 class FakeEngine:
     """One call at a time (like hf). The kernel is the same for every sample of a problem, so the
     verdict cache answers all but the first of them."""
@@ -98,7 +115,7 @@ class FakeEngine:
         for i, r in enumerate(requests):
             # Odd request seeds answer without a kernel: scores differ inside a group, so there is signal.
             text = "no idea" if r.sampling.seed % 2 else (
-                f"<KERNEL>\n```python\nclass ModelNew:  # problem {r.prompt_ids[0]}\n    pass\n```\n</KERNEL>")
+                f"<KERNEL>\n```python\n{FAKE_KERNEL}# problem {r.prompt_ids[0]}\n```\n</KERNEL>")
             out = Completion([5, 6, 7], text, [-0.5, -0.5, -0.5], "stop", policy_version=self.version)
             outs.append(out)
             if on_completion is not None:

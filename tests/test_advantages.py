@@ -209,3 +209,46 @@ def test_low_coverage_samples_are_rejected_before_grouping():
     # without the option the lazy kernel dominates its group
     samples, stats = build_samples(trajectories, LearnerConfig(loss_fn="dr_grpo"))
     assert stats["rejected_low_coverage"] == 0.0 and max(s.advantage for s in samples) == pytest.approx(5 - 1.5)
+
+
+def test_coverage_that_is_never_measured_is_reported_and_warned_about(caplog):
+    """The profiler gives no total (API drift): every correct GPU verdict has coverage None, so
+    min_coverage and the coverage-scaled speed reward do nothing. Before, nothing said so."""
+    blind = [Trajectory("P", g, [_turn(0, float(g), coverage=None)]) for g in range(3)]
+    assign_returns(blind, gamma=0.0)
+    with caplog.at_level("WARNING", logger="kforge.credit"):
+        _, stats = build_samples(blind, LearnerConfig(loss_fn="dr_grpo", min_coverage=0.5))
+    assert stats["coverage_gpu_correct"] == 3.0 and stats["coverage_measured_share"] == 0.0
+    assert stats["coverage_blind"] == 1.0 and "none of 3 correct GPU verdicts" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="kforge.credit"):
+        _, stats = build_samples(blind, LearnerConfig(loss_fn="dr_grpo"), coverage_scaled_speed=True)
+    assert stats["coverage_blind"] == 1.0 and caplog.text
+    # no coverage setting on: reported, not warned about
+    _, stats = build_samples(blind, LearnerConfig(loss_fn="dr_grpo"))
+    assert stats["coverage_measured_share"] == 0.0 and stats["coverage_blind"] == 0.0
+    # half measured: the share says so, no warning
+    half = [Trajectory("P", 0, [_turn(0, 1.0, coverage=0.9)]), Trajectory("P", 1, [_turn(0, 0.0, coverage=None)])]
+    assign_returns(half, gamma=0.0)
+    _, stats = build_samples(half, LearnerConfig(loss_fn="dr_grpo", min_coverage=0.5))
+    assert stats["coverage_measured_share"] == 0.5 and stats["coverage_blind"] == 0.0
+
+
+def test_coverage_of_cpu_verdicts_is_not_counted():
+    """Under the Triton interpreter (timing not meaningful) coverage is never measured: no warning there."""
+    from kforge.evaluator.verdict import Status, Verdict
+
+    turns = [_turn(0, 1.0), _turn(0, 0.0)]
+    for t in turns:
+        t.verdict = Verdict(Status.CORRECT, trials_passed=1, trials=1, timing_meaningful=False)
+    trajectories = [Trajectory("P", g, [t]) for g, t in enumerate(turns)]
+    assign_returns(trajectories, gamma=0.0)
+    _, stats = build_samples(trajectories, LearnerConfig(loss_fn="dr_grpo", min_coverage=0.5))
+    assert stats["coverage_gpu_correct"] == 0.0 and stats["coverage_blind"] == 0.0
+
+
+def test_collapse_warnings_show_a_blind_coverage_setting():
+    from kforge.train.metrics import collapse_warnings
+
+    assert any("coverage" in w for w in collapse_warnings([], {"advantage/coverage_blind": 1.0}))
+    assert not any("coverage" in w for w in collapse_warnings([], {"advantage/coverage_blind": 0.0}))

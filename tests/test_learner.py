@@ -551,3 +551,89 @@ def test_mismatch_rejection_drops_and_counts_sequences():
     other.train_step(kept)
     for a, b in zip(learner.params, other.params):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Non-finite values from truncated sampling; KL details; OOM retry under dropout
+
+
+def _perturb_adapter(learner: Learner, std: float = 0.5, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in learner.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+
+
+def test_kl_with_top_p_and_a_token_outside_the_policys_nucleus_still_updates():
+    """top_p 0.5: the sampled token is inside the reference's (base model's) nucleus and outside the
+    policy's, so the policy's log-prob is floored at -1e4 and k3 = exp(ref - logp) - ... was inf; the
+    padded row turned inf * 0 into NaN. Before, every such optimiser step was skipped (nonfinite_steps)."""
+    from kforge.rollout.logprobs import process_logits
+
+    cfg = tiny_cfg(kl_coef=0.1, learning_rate=1e-2, warmup_steps=0)
+    cfg.rollout.top_p = 0.5
+    learner = Learner(cfg, model=tiny_model())
+    _perturb_adapter(learner)
+    prompt = [3, 4, 5]
+    with torch.no_grad():
+        policy = process_logits(logits_of(learner, prompt)[0, -1], 1.0, -1, 0.5)
+        with learner.model.disable_adapter():
+            base = process_logits(logits_of(learner, prompt)[0, -1], 1.0, -1, 0.5)
+    outside = [t for t in range(VOCAB) if torch.isfinite(base[t]) and not torch.isfinite(policy[t])]
+    assert outside, "the perturbed adapter must move some token out of the nucleus"
+    likely = int(policy.argmax())  # inside both sets: this row carries the gradient
+    samples = [Sample(prompt, [outside[0]], 1.0), Sample(prompt, [likely, likely], -1.0)]
+    metrics = learner.train_step(samples)
+    assert metrics["nonfinite_steps"] == 0.0
+    assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["kl"]) and metrics["grad_norm"] > 0
+
+
+def test_kl_discount_sums_future_log_ratios_not_k3(monkeypatch):
+    """The score-function gradient of E[sum log(pi/ref)] weighs a token by the later log ratios, which
+    can be negative; k3 values (what was summed before) never are."""
+    import kforge.learner.learner as learner_mod
+
+    seen = []
+    real = learner_mod.discounted_future_sum
+
+    def spy(values, mask, discount):
+        seen.append(values.clone())
+        return real(values, mask, discount)
+
+    monkeypatch.setattr(learner_mod, "discounted_future_sum", spy)
+    learner = Learner(tiny_cfg(kl_coef=0.1, kl_discount=0.9, kl_estimator="k3"), model=tiny_model())
+    _perturb_adapter(learner)
+    samples = some_samples()
+    learner.train_step(samples)
+    batch = collate(samples, list(range(len(samples))), learner.pad_id, learner.device)
+    values = seen[0][batch.response_mask]
+    assert (values < 0).any() and (values > 0).any()  # log ratios of both signs; k3 would be >= 0 everywhere
+
+
+def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
+    """lr 0 and a tight clip: every ratio must be exactly 1. The second minibatch's update runs out of
+    memory and is redone in halves with new dropout masks; before, its old log-probs kept the old masks
+    and the ratio measured the masks (up to 1.19), so tokens were clipped."""
+    import kforge.learner.learner as learner_mod
+
+    cfg = tiny_cfg(learning_rate=0.0, num_substeps=2, clip_low=1e-4, clip_high=1e-4, loss_fn="ppo", warmup_steps=0)
+    cfg.lora.dropout = 0.5
+    learner = Learner(cfg, model=tiny_model())
+    _perturb_adapter(learner)
+    real = learner_mod.response_logits
+    calls = {"grad": 0, "oom": 0}
+
+    def flaky(model, batch):
+        if torch.is_grad_enabled() and batch.input_ids.shape[0] >= 2:
+            calls["grad"] += 1
+            if calls["grad"] == 2:  # the second minibatch's first try
+                calls["oom"] += 1
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, batch)
+
+    monkeypatch.setattr(learner_mod, "response_logits", flaky)
+    metrics = learner.train_step(some_samples() * 2)
+    assert calls["oom"] == 1 and metrics["oom_retries"] == 1.0
+    assert metrics["clip_fraction"] == 0.0
+    assert metrics["grad_norm"] > 0  # dropout is active in the update

@@ -177,3 +177,38 @@ def test_discounted_future_sum():
     out = discounted_future_sum(values, mask, 0.5)
     close(out, [[0.5 * 2 + 0.25 * 3, 0.5 * 3, 0.0], [0.5 * 7, 0.0, 0.0]])
     assert discounted_future_sum(values, mask, 0.0).abs().sum().item() == 0.0
+
+
+def test_floored_log_probs_give_finite_losses_and_gradients():
+    """A token outside the learner's top-k/top-p set has log-prob -1e4 (the floor). Before: k3 KL was inf,
+    the PPO surrogate was 0 * inf = NaN (truncated weight 0 times an infinite ratio), and masking by
+    multiplication turned an inf at a pad into NaN."""
+    from kforge.learner.losses import aggregate, kl_estimate, token_loss
+
+    floor = -1.0e4
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = torch.tensor([[floor, -2.0]])  # floored under the weights the batch arrived at, now inside the set
+    rollout = torch.tensor([[-1.5, -2.0]])
+    for adv in (1.0, -1.0):
+        tl = token_loss("ppo", logp, old, rollout, torch.tensor([[adv]]), clip_low=0.2, clip_high=0.2, is_clip=2.0)
+        assert torch.isfinite(tl.loss).all() and tl.loss[0, 0] == 0.0  # weight min(exp(old - rollout), C) = 0
+        (grad,) = torch.autograd.grad(tl.loss.sum(), logp)
+        assert torch.isfinite(grad).all()
+    policy = torch.tensor([[floor, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-2.0, -1.0]])
+    kl = kl_estimate(policy, ref, "k3")
+    assert torch.isfinite(kl).all() and kl[0, 0] > 1e6  # large, bounded
+    (grad,) = torch.autograd.grad(kl.sum(), policy)
+    assert torch.isfinite(grad).all()
+    per_token = torch.tensor([[1.0, float("inf")]])
+    mask = torch.tensor([[True, False]])
+    for mode in ("token_mean", "sequence_mean"):
+        assert aggregate(per_token, mask, mode).item() == 1.0
+
+
+def test_discounted_future_sum_ignores_non_finite_masked_values():
+    from kforge.learner.losses import discounted_future_sum
+
+    values = torch.tensor([[1.0, 2.0, float("inf")]])
+    out = discounted_future_sum(values, torch.tensor([[True, True, False]]), 0.5)
+    assert out.tolist() == [[1.0, 0.0, 0.0]]

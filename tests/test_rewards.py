@@ -14,9 +14,34 @@ from kforge.credit.rewards import COMPONENTS, SPEED_FLOOR, RewardOrderError, ord
 from kforge.policy.records import Candidate, Turn
 
 
+# A module with the whole structure the format reward asks for: ModelNew.forward launches a kernel of the file.
+KERNEL_MODULE = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return self.launch(a, b)
+
+    def launch(self, a, b):
+        out = torch.empty_like(a)
+        add_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
+        return out
+"""
+
+
 def make_turn(
     status: Status | None = Status.CORRECT,
-    code: str | None = "class ModelNew: ...",
+    code: str | None = KERNEL_MODULE,
     trials_passed: int = 5,
     trials: int = 5,
     speedup: float | None = None,
@@ -229,3 +254,80 @@ def test_turn_without_verdict_or_candidate():
     turn.candidate = None
     score, parts = score_turn(turn, RewardConfig(), thinking=True)
     assert score == 0.0 and all(v == 0.0 for v in parts.values())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Format is kernel structure, not tags
+
+
+def test_constant_strings_and_the_prompt_skeleton_earn_no_format():
+    """Before, any readable block earned the whole format reward: `<KERNEL>x</KERNEL>` and the compact
+    prompt's own skeleton scored the CPU curve's maximum."""
+    from kforge.policy.prompts import COMPACT_SKELETON
+
+    cfg = RewardConfig(format_weight=1.0, compile_weight=0.5)
+    for code in ("x", COMPACT_SKELETON["triton"], "pass", "class ModelNew: ..."):
+        score, parts = score_turn(make_turn(status=Status.STATIC_CHECK_FAILED, code=code, trials=0, trials_passed=0),
+                                  cfg, thinking=False)
+        assert parts["format"] == 0.0 and score == 0.0, code
+    score, parts = score_turn(make_turn(status=Status.COMPILE_ERROR, trials=0, trials_passed=0), cfg, thinking=False)
+    assert parts["format"] == 1.0 and parts["compile"] == 0.0
+
+
+def test_structure_is_graded_by_what_the_static_check_verifies():
+    from kforge.credit.structure import structure_score
+
+    forward_only = "import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a\n"
+    not_launched = KERNEL_MODULE.replace("return self.launch(a, b)", "return a + b")
+    via_function = KERNEL_MODULE.replace("self.launch(a, b)", "launch(None, a, b)").replace(
+        "    def launch(self, a, b):", "def launch(self, a, b):").replace("        out = torch", "    out = torch").replace(
+        "        add_kernel", "    add_kernel").replace("        return out", "    return out")
+    assert structure_score(forward_only) == pytest.approx(1 / 3)
+    assert structure_score(not_launched) == pytest.approx(2 / 3)
+    assert structure_score(KERNEL_MODULE) == 1.0  # through a ModelNew method
+    assert structure_score(via_function) == 1.0  # through a module-level function
+    assert structure_score("import os\n" + KERNEL_MODULE) == 0.0  # refused by the static check: never runs
+    assert structure_score(KERNEL_MODULE.replace("@triton.jit", "@jit")) == pytest.approx(1 / 3)  # not Triton's
+    assert structure_score(None) == 0.0
+
+
+def test_compile_reward_needs_the_whole_structure():
+    """A module that imports but never launches its kernel compiled nothing (before: compile reward 1)."""
+    not_launched = KERNEL_MODULE.replace("return self.launch(a, b)", "return a")
+    cfg = RewardConfig(format_weight=0.3, compile_weight=0.3, correctness_weight=1.0, partial_credit=0.0)
+    _, parts = score_turn(make_turn(status=Status.INCORRECT, code=not_launched, trials_passed=0), cfg, thinking=False)
+    assert parts["format"] == pytest.approx(0.2) and parts["compile"] == 0.0
+    _, parts = score_turn(make_turn(status=Status.INCORRECT, trials_passed=0), cfg, thinking=False)
+    assert parts["format"] == pytest.approx(0.3) and parts["compile"] == pytest.approx(0.3)
+
+
+def test_a_correct_verdict_has_the_whole_structure_whatever_the_source_looks_like():
+    """The evaluator saw the kernel run in forward: format and compile are full even when the source
+    launches it by a path the structure check does not follow (here through a dict), so the order
+    guarantee (worst correct score) still holds."""
+    odd = KERNEL_MODULE.replace("add_kernel[(", "{'k': add_kernel}['k'][(")
+    from kforge.credit.structure import structure_score
+
+    assert structure_score(odd) == pytest.approx(2 / 3)
+    _, parts = score_turn(make_turn(code=odd), RewardConfig(), thinking=False)
+    assert parts["format"] == pytest.approx(0.1) and parts["compile"] == pytest.approx(0.1)
+
+
+def test_a_bad_reward_config_is_refused_when_the_config_is_resolved():
+    """Before, the order check ran in the first score_turn, after the model load and the first rollouts."""
+    from typer.testing import CliRunner
+
+    from kforge.cli.app import app
+    from kforge.config.loader import ConfigError
+
+    bad = ["reward.correctness_weight=0.1", "reward.partial_credit=0.9", "reward.speed_weight=1"]
+    with pytest.raises(ConfigError, match=r"^invalid value for reward \(from command line\): reward weights let"):
+        resolve("tiny", overrides=bad)
+    res = CliRunner().invoke(app, ["config", "show", "--preset", "tiny", *bad])
+    assert res.exit_code == 2
+    assert "reward weights let an incorrect kernel" in res.output and "Traceback" not in res.output
+    # thinking on adds the thinking bonus to the best incorrect score: refused only then
+    thinking = ["reward.thinking_weight=0.85", "reward.format_weight=0", "reward.compile_weight=0"]
+    resolve("tiny", overrides=thinking)
+    with pytest.raises(ConfigError, match="reward weights"):
+        resolve("tiny", overrides=[*thinking, "episode.thinking=true"])

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from kforge.config.reward_order import order_problem
 
 
 class Section(BaseModel):
@@ -238,6 +241,18 @@ class KforgeConfig(BaseModel):
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
+
+    @model_validator(mode="after")
+    def _reward_order(self) -> "KforgeConfig":
+        """Refuse reward weights that let an incorrect kernel outrank a correct one, at resolve time
+        (before any model is loaded); reported at `reward` through the loader's one-line error."""
+        problem = order_problem(self.reward, self.episode.thinking)
+        if problem is not None:
+            error = PydanticCustomError("reward_order", problem)
+            raise ValidationError.from_exception_data(
+                type(self).__name__, [InitErrorDetails(type=error, loc=("reward",), input=self.reward.model_dump())]
+            )
+        return self
 
     @property
     def turns(self) -> int:

@@ -13,11 +13,15 @@ that bias, which matters for the small groups of late turns (fewer trajectories 
 Rejection: with ``learner.min_coverage`` set, turns whose measured coverage (share of GPU time in the
 candidate's own kernels) is below it are left out before the groups are formed ("lazy optimisation":
 a trivial op moved to Triton while the heavy op stays in PyTorch). Unmeasured coverage (None) is never
-rejected.
+rejected. That fails open: if the profiler stops giving a total (an API change), every verdict has
+coverage None and both ``min_coverage`` and the coverage-scaled speed reward switch off. So the stats
+report the share of correct GPU verdicts (timing meaningful) that have a coverage, and a warning is
+logged when a coverage setting is on, there were such verdicts, and none had one (``coverage_blind``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 
@@ -26,6 +30,8 @@ from kforge.credit.samples import Sample
 from kforge.policy.records import Trajectory, Turn
 
 EPS = 1e-6
+
+log = logging.getLogger("kforge.credit")
 
 
 def assign_returns(trajectories: list[Trajectory], gamma: float) -> None:
@@ -41,6 +47,17 @@ def low_coverage(turn: Turn, min_coverage: float | None) -> bool:
     """The turn's kernel was profiled and spends less than ``min_coverage`` of its GPU time in its own kernels."""
     coverage = turn.verdict.coverage if turn.verdict is not None else None
     return min_coverage is not None and coverage is not None and coverage < min_coverage
+
+
+def coverage_stats(turns: list[Turn], coverage_in_use: bool) -> dict[str, float]:
+    """Correct GPU verdicts (correct, timing meaningful: not the CPU interpreter), the share of them with a
+    measured coverage (1 when there are none), and whether a coverage setting is on but blind."""
+    gpu_correct = [t.verdict for t in turns if t.verdict is not None and t.verdict.correct and t.verdict.timing_meaningful]
+    measured = sum(1 for v in gpu_correct if v.coverage is not None and math.isfinite(v.coverage))
+    share = measured / len(gpu_correct) if gpu_correct else 1.0
+    blind = coverage_in_use and bool(gpu_correct) and measured == 0
+    return {"coverage_gpu_correct": float(len(gpu_correct)), "coverage_measured_share": share,
+            "coverage_blind": float(blind)}
 
 
 def uses_std(cfg: LearnerConfig) -> bool:
@@ -66,11 +83,14 @@ def group_advantages(returns: list[float], baseline: str, normalize_std: bool) -
     return adv
 
 
-def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[list[Sample], dict[str, float]]:
+def build_samples(
+    trajectories: list[Trajectory], cfg: LearnerConfig, coverage_scaled_speed: bool = False
+) -> tuple[list[Sample], dict[str, float]]:
     """Samples with advantages (also written to ``turn.advantage``) and group statistics.
 
     Call ``assign_returns`` first. With ``remove_constant_reward_groups``, groups whose returns are
     all equal (no learning signal, only noise through KL and clipping) produce no samples at all.
+    ``coverage_scaled_speed`` (reward.coverage_scaled_speed) only decides whether a blind coverage is warned about.
     """
     groups: dict[tuple[str, int], list[Turn]] = defaultdict(list)
     rejected = 0
@@ -125,6 +145,12 @@ def build_samples(trajectories: list[Trajectory], cfg: LearnerConfig) -> tuple[l
         "advantage_abs_mean": _mean([abs(a) for a in advs]),
         "advantage_zero_fraction": _mean([1.0 if abs(a) < 1e-12 else 0.0 for a in advs]),
     }
+    turns = [t for trajectory in trajectories for t in trajectory.turns]
+    stats.update(coverage_stats(turns, cfg.min_coverage is not None or coverage_scaled_speed))
+    if stats["coverage_blind"]:
+        log.warning("coverage is on (learner.min_coverage / reward.coverage_scaled_speed) but none of %d correct GPU "
+                    "verdicts has a measured coverage: the setting has no effect; check the profiler",
+                    int(stats["coverage_gpu_correct"]))
     return samples, stats
 
 

@@ -6,8 +6,13 @@ The turn score is the sum of the weighted components.
 
 Raw components:
 
-- ``format``: 1 when the response held a parsable kernel block (``candidate.code is not None``).
-- ``compile``: 1 when the candidate got past building/importing (``verdict.status.compiled``).
+- ``format``: the share of a kernel module's structure the candidate's code has, as the static check
+  verifies it (``kforge.credit.structure``: a ModelNew with forward, a kernel of the file, forward
+  launching it; 0, 1/3, 2/3 or 1). A readable block alone earns 0: ``<KERNEL>x</KERNEL>`` or the prompt's
+  skeleton must not be worth anything. A correct verdict has the full structure by definition (the
+  evaluator saw the candidate's kernel run in forward).
+- ``compile``: 1 when the candidate got past building/importing (``verdict.status.compiled``) and has the
+  full structure (a module that imports but never launches its kernel has not compiled a kernel).
 - ``correctness``: 1 for a correct verdict; an incorrect one earns ``partial_credit`` x trials passed /
   trials, so that partial credit stays a hint and never reaches a correct kernel (see ``order_margin``).
 - ``speed``: only for a correct, unflagged kernel whose speedup was measured meaningfully (timed,
@@ -31,24 +36,24 @@ Raw components:
 - ``penalty``: a flagged kernel (any reward-hacking finding) scores ``flagged_penalty`` and nothing
   else: no format, compile or length reward either (Dr. Kernel gives decoy kernels -1).
 
-Ordering guarantee: any correct kernel outranks any incorrect or flagged one. ``order_margin`` computes the
-worst correct score minus the best incorrect score from the weights alone, and ``score_turn`` refuses a
-reward config whose margin is not positive.
+Ordering guarantee: any correct kernel outranks any incorrect or flagged one, turn by turn (not return by
+return: a discounted return also holds later turns' scores). ``order_margin`` (kforge.config.reward_order)
+computes the worst correct score minus the best incorrect score from the weights alone; the config is
+refused when it is resolved if that margin is not positive, and ``score_turn`` checks again (a config
+built or changed in code skips the resolver).
 """
 
 from __future__ import annotations
 
 import math
 
+from kforge.config.reward_order import SPEED_FLOOR, order_margin, order_problem, speed_range  # noqa: F401 (re-exported)
 from kforge.config.schema import RewardConfig
+from kforge.credit.structure import structure_score
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.records import Trajectory, Turn
 
 COMPONENTS = ("format", "compile", "correctness", "speed", "length", "thinking", "penalty")
-
-# Lowest value of speedup - 1 that the capped form pays out (a kernel at half the baseline's speed or slower).
-SPEED_FLOOR = -0.5
-
 
 class RewardOrderError(ValueError):
     """The reward weights would let an incorrect kernel outrank a correct one; one line for the user."""
@@ -77,17 +82,6 @@ def speed_value(speedup: float, form: str, cap: float, threshold: float = 1.2) -
     raise ValueError(f"reward.speed_form {form!r} is unknown; use capped, log, kevin or threshold")
 
 
-def speed_range(form: str, cap: float) -> tuple[float, float]:
-    """Lowest and highest raw speed value of a form (0 included: an unmeasured speedup earns 0)."""
-    lo, hi = {
-        "capped": (SPEED_FLOOR, cap),
-        "log": (math.log(1.0 + SPEED_FLOOR), math.log(1.0 + cap)),
-        "kevin": (0.0, 1.0 + cap),
-        "threshold": (0.0, 1.0),
-    }[form]
-    return min(lo, 0.0), max(hi, 0.0)
-
-
 def coverage_factor(verdict: Verdict | None) -> float:
     """verdict.coverage clipped to [0, 1]; 1 when it was not measured (None) or is not a number."""
     coverage = verdict.coverage if verdict is not None else None
@@ -102,43 +96,10 @@ def length_value(response_tokens: int, target: int) -> float:
     return -min(max(over, 0.0), 1.0)
 
 
-def _span(weight: float, lo: float, hi: float) -> tuple[float, float]:
-    return min(weight * lo, weight * hi), max(weight * lo, weight * hi)
-
-
-def order_margin(cfg: RewardConfig, thinking: bool) -> float:
-    """Worst score a correct kernel can get minus the best an incorrect or flagged one can get.
-
-    Correct: format, compile and correctness are 1; speed anywhere in its form's range (0 when not timed);
-    length in [-1, 0]; thinking 0 or 1. Incorrect, unflagged: format and compile 0 or 1, correctness below
-    ``partial_credit``, no speed. Flagged: ``flagged_penalty``. Positive means correct always ranks first.
-    """
-    smin, smax = speed_range(cfg.speed_form, cfg.speed_cap)
-    think = (0.0, 1.0) if thinking else (0.0, 0.0)
-    worst_correct = (
-        cfg.format_weight + cfg.compile_weight + cfg.correctness_weight
-        + _span(cfg.speed_weight, smin, smax)[0]
-        + _span(cfg.length_weight, -1.0, 0.0)[0]
-        + _span(cfg.thinking_weight, *think)[0]
-    )
-    best_incorrect = (
-        _span(cfg.format_weight, 0.0, 1.0)[1]
-        + _span(cfg.compile_weight, 0.0, 1.0)[1]
-        + _span(cfg.correctness_weight, 0.0, cfg.partial_credit)[1]
-        + _span(cfg.length_weight, -1.0, 0.0)[1]
-        + _span(cfg.thinking_weight, *think)[1]
-    )
-    return worst_correct - max(best_incorrect, cfg.flagged_penalty)
-
-
 def check_order(cfg: RewardConfig, thinking: bool) -> None:
-    margin = order_margin(cfg, thinking)
-    if margin <= 0.0:
-        raise RewardOrderError(
-            f"reward weights let an incorrect kernel score as high as a correct one (margin {margin:.3f}); "
-            "raise reward.correctness_weight or lower reward.partial_credit, reward.speed_weight "
-            "(slow-kernel penalty), reward.length_weight or reward.thinking_weight"
-        )
+    problem = order_problem(cfg, thinking)
+    if problem is not None:
+        raise RewardOrderError(problem)
 
 
 def raw_components(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> dict[str, float]:
@@ -146,7 +107,12 @@ def raw_components(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> dict
     candidate, verdict = turn.candidate, turn.verdict
     if verdict is not None and verdict.flags:
         return {**dict.fromkeys(COMPONENTS, 0.0), "penalty": 1.0}
-    has_code = candidate is not None and candidate.code is not None
+    if verdict is not None and verdict.status is Status.CORRECT:
+        structure = 1.0
+    elif candidate is not None:
+        structure = structure_score(candidate.code, candidate.backend)
+    else:
+        structure = 0.0
 
     correctness = 0.0
     if verdict is not None:
@@ -161,8 +127,8 @@ def raw_components(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> dict
 
     thought = thinking and candidate is not None and bool((candidate.thinking or "").strip())
     return {
-        "format": 1.0 if has_code else 0.0,
-        "compile": 1.0 if verdict is not None and verdict.status.compiled else 0.0,
+        "format": structure,
+        "compile": 1.0 if verdict is not None and verdict.status.compiled and structure >= 1.0 else 0.0,
         "correctness": correctness,
         "speed": speed,
         "length": length_value(len(turn.response_ids), reward_cfg.length_target_tokens),

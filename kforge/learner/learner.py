@@ -18,7 +18,9 @@ Guards, each reported in the metrics:
 
 Dropout: the old log-probs of substeps after the first are computed in train mode under the same seeded
 dropout masks as the update's forward pass, and the first substep uses the update's own log-probs, so
-ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1).
+ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1). An
+out-of-memory split draws new masks for its halves, so their old log-probs are taken again under those
+masks and the adapter as the batch arrived (a LoRA-sized copy kept for the step).
 
 KL reference: the policy the run started from: the base model (a fresh adapter is zero) or, with
 ``model.checkpoint``, a frozen second copy of that adapter.
@@ -47,21 +49,25 @@ from kforge.learner.lora import (
     attach_reference,
     enable_gradient_checkpointing,
     has_dropout,
+    is_quantized_model,
     load_adapter_weights,
     load_base,
+    pad_id_of,
+    release_memory,
     trainable_parameters,
 )
 from kforge.learner.losses import (
     aggregate,
     discounted_future_sum,
     kl_estimate,
+    kl_log_ratio,
     mismatch_rejected,
     reduction_for,
     token_loss,
 )
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
-from kforge.learner.sums import Done, Sums
+from kforge.learner.sums import Done, Sums, step_metrics
 from kforge.rollout.base import SamplingParams
 
 if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
@@ -108,7 +114,7 @@ class Learner:
         if model is None:
             model, loaded_tokenizer = load_base(cfg, device)
             tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-        elif not _is_quantized_model(model):
+        elif not is_quantized_model(model):
             model = model.to(self.device)
         self.model = attach_lora(model, cfg)
         self.adapter = self.model.active_adapter
@@ -118,7 +124,7 @@ class Learner:
         self.tokenizer = tokenizer
         if cfg.model.gradient_checkpointing:
             enable_gradient_checkpointing(self.model, cfg.model.recompute_share)
-        self.pad_id = _pad_id(tokenizer, self.model)
+        self.pad_id = pad_id_of(tokenizer, self.model)
         self.dropout = has_dropout(self.model)
 
         self.params = trainable_parameters(self.model)
@@ -134,6 +140,7 @@ class Learner:
             raise LearnerError(str(exc)) from None
         self.version = 0  # train_step calls so far (adapter version)
         self.optimizer_steps = 0
+        self._arrival: list[Tensor] | None = None
 
     # ------------------------------------------------------------------ training
 
@@ -161,6 +168,8 @@ class Learner:
         # Drawn from the global RNG (saved in checkpoints), so a resumed run draws the same masks.
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if self.dropout else None
 
+        # The adapter as the batch arrived (LoRA only: small), for old log-probs redone after an OOM split.
+        self._arrival = [p.detach().clone() for p in self.params] if self.dropout and n_mini > 1 else None
         old_logps = self._old_logprobs(minibatches, seed) if n_mini > 1 else None
         sums, stats = Sums(), {"loss": 0.0, "grad_norm": 0.0, "grad_norm_max": 0.0, "tokens": 0.0}
         applied = 0
@@ -187,32 +196,7 @@ class Learner:
         self.model.eval()
         self.version += 1
         elapsed = time.perf_counter() - started
-        has_is = sums.values.get("_is_tokens", 0.0)
-        metrics = {
-            "loss": stats["loss"] / applied if applied else 0.0,
-            "kl": sums.mean("kl"),
-            "entropy": sums.mean("entropy"),
-            "clip_fraction": sums.mean("clipped"),
-            "is_ratio_mean": sums.values.get("is_ratio", 0.0) / has_is if has_is else 1.0,
-            "is_ratio_max": sums.maxima.get("is_ratio", 1.0) if has_is else 1.0,
-            "is_clip_fraction": sums.values.get("is_clipped", 0.0) / has_is if has_is else 0.0,
-            "rollout_logprob_diff": sums.values.get("logp_diff", 0.0) / has_is if has_is else 0.0,
-            "grad_norm": stats["grad_norm"] / applied if applied else 0.0,
-            "grad_norm_max": stats["grad_norm_max"],
-            "tokens": stats["tokens"],
-            "response_tokens": sums.tokens,
-            "tokens_per_s": stats["tokens"] / elapsed if elapsed > 0 else 0.0,
-            "samples": float(len(samples)),
-            "step_s": elapsed,
-            "lr": self._lr(),
-            "optimizer_steps": float(self.optimizer_steps),
-            "version": float(self.version),
-            "skipped": 0.0,
-            "nonfinite_steps": sums.values.get("nonfinite_steps", 0.0),
-            "oom_retries": sums.values.get("oom_retries", 0.0),
-            "mismatch_rejected": sums.values.get("mismatch_rejected", 0.0),
-        }
-        return metrics
+        return step_metrics(sums, stats, applied, len(samples), elapsed, self._lr(), self.optimizer_steps, self.version)
 
     def _accumulate(self, mini: list[Sample], old: list[Tensor] | None, sums: Sums, stats: dict[str, float],
                     seed: int | None) -> float:
@@ -242,7 +226,7 @@ class Learner:
         except torch.OutOfMemoryError:
             if len(indices) == 1:
                 raise
-        _release_memory(self.device)
+        release_memory(self.device)
         sums.count("oom_retries", 1.0)
         half = max(1, budget // 2)
         parts = plan_micro_batches([mini[i].num_tokens for i in indices], half)
@@ -250,7 +234,12 @@ class Learner:
             parts = [list(range(len(indices) // 2)), list(range(len(indices) // 2, len(indices)))]
         out: list[Done] = []
         for k, part in enumerate(parts):
-            out += self._micro_with_retry(mini, [indices[i] for i in part], old, totals, mix_seed(seed, 1000 + k), half, sums)
+            part_indices, part_seed = [indices[i] for i in part], mix_seed(seed, 1000 + k)
+            if old is not None and self._arrival is not None:
+                # New micro-batches draw new dropout masks: their old log-probs must be taken under the
+                # same masks (and the arrival weights), or the ratio measures the masks, not the update.
+                self._redo_old_logprobs(mini, part_indices, part_seed, old)
+            out += self._micro_with_retry(mini, part_indices, old, totals, part_seed, half, sums)
         return out
 
     def _micro(self, mini: list[Sample], indices: list[int], old: list[Tensor] | None,
@@ -279,7 +268,8 @@ class Learner:
         if ref is not None:
             kl = kl_estimate(logp, ref, lc.kl_estimator)
             if lc.kl_discount > 0:
-                advantages = advantages - lc.kl_coef * discounted_future_sum(kl.detach(), mask, lc.kl_discount)
+                future = discounted_future_sum(kl_log_ratio(logp, ref), mask, lc.kl_discount)
+                advantages = advantages - lc.kl_coef * future
         tl = token_loss(
             lc.loss_fn, logp, old_lp, rollout, advantages,
             clip_low=lc.clip_low, clip_high=lc.clip_high, is_clip=lc.is_clip,
@@ -311,23 +301,39 @@ class Learner:
     def _old_logprobs(self, minibatches: list[list[Sample]], seed: int | None) -> list[list[Tensor]]:
         """Log-probs of every response under the weights the batch arrived at (before any substep), in
         train mode with the dropout masks the update's forward pass will draw (same seeds, same plan)."""
-        self.model.train()
         out: list[list[Tensor]] = []
         for m, mini in enumerate(minibatches):
             per_sample: list[Tensor] = [torch.empty(0)] * len(mini)
             if m > 0:  # minibatch 0 uses the update's own log-probs
                 plan = plan_micro_batches([s.num_tokens for s in mini], self.cfg.learner.micro_batch_tokens)
                 for j, indices in enumerate(plan):
-                    batch = collate(mini, indices, self.pad_id, self.device)
-                    with dropout_masks(mix_seed(mix_seed(seed, m), j), self.device):
-                        logits = response_logits(self.model, batch)
-                    logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
-                    for row, i in enumerate(indices):
-                        k = len(mini[i].response_ids)
-                        per_sample[i] = logp[row, logp.shape[1] - k:].clone()
+                    self._rows_logprobs(mini, indices, mix_seed(mix_seed(seed, m), j), per_sample)
             out.append(per_sample)
         self.model.eval()
         return out
+
+    @torch.no_grad()
+    def _rows_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, into: list[Tensor]) -> None:
+        """Train-mode log-probs of ``mini[indices]`` as one micro-batch under ``seed``'s dropout masks."""
+        self.model.train()
+        batch = collate(mini, indices, self.pad_id, self.device)
+        with dropout_masks(seed, self.device):
+            logits = response_logits(self.model, batch)
+        logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
+        for row, i in enumerate(indices):
+            into[i] = logp[row, logp.shape[1] - len(mini[i].response_ids):].clone()
+
+    @torch.no_grad()
+    def _redo_old_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, old: list[Tensor]) -> None:
+        """Old log-probs of ``mini[indices]`` again, under the arrival weights and ``seed``'s masks."""
+        current = [p.detach().clone() for p in self.params]
+        try:
+            for p, a in zip(self.params, self._arrival or []):
+                p.copy_(a)
+            self._rows_logprobs(mini, indices, seed, old)
+        finally:
+            for p, c in zip(self.params, current):
+                p.copy_(c)
 
     @staticmethod
     def _gather_old(old: list[Tensor], batch: MicroBatch, like: Tensor) -> Tensor:
@@ -394,24 +400,3 @@ class Learner:
         ckpt.set_rng_state(state["rng"])
         self.version = int(state["version"])
         self.optimizer_steps = int(state["optimizer_steps"])
-
-
-def _is_quantized_model(model: Any) -> bool:
-    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "hf_device_map", None))
-
-
-def _pad_id(tokenizer: Any, model: Any) -> int:
-    """Any valid id works (pads are masked out); prefer the tokenizer's pad, then eos, then 0."""
-    for source in (tokenizer, getattr(model, "config", None)):
-        for name in ("pad_token_id", "eos_token_id"):
-            value = getattr(source, name, None) if source is not None else None
-            if isinstance(value, list):
-                value = value[0] if value else None
-            if isinstance(value, int):
-                return value
-    return 0
-
-
-def _release_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

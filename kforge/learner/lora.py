@@ -151,3 +151,24 @@ def load_adapter_weights(model: Any, folder: str | Path) -> None:
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
+
+
+def is_quantized_model(model: Any) -> bool:
+    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "hf_device_map", None))
+
+
+def pad_id_of(tokenizer: Any, model: Any) -> int:
+    """Any valid id works (pads are masked out); prefer the tokenizer's pad, then eos, then 0."""
+    for source in (tokenizer, getattr(model, "config", None)):
+        for name in ("pad_token_id", "eos_token_id"):
+            value = getattr(source, name, None) if source is not None else None
+            if isinstance(value, list):
+                value = value[0] if value else None
+            if isinstance(value, int):
+                return value
+    return 0
+
+
+def release_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

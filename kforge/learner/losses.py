@@ -20,6 +20,11 @@ Mismatch rejection (``mismatch_rejected``): truncated IS bounds the weight of a 
 learner disagree on, but a sequence whose disagreement is extreme (a numerics bug, a stale or wrong
 adapter) is better left out than down-weighted: its loss is masked, the normaliser is unchanged.
 
+Non-finite values: a token outside the learner's top-k/top-p set has log-prob -inf, floored at -1e4
+(kforge.learner.logprobs). Log ratios inside exp() are bounded (``MAX_LOG_RATIO``), masks are applied
+with ``torch.where`` (inf * 0 would be NaN), and the clipped surrogate counts only where the truncated
+weight is positive (0 * a huge ratio would be NaN), so one such token never skips the optimiser step.
+
 Reductions: ``token_mean`` (sum over tokens / tokens), ``sequence_mean`` (mean over each sequence, then
 over sequences) and ``constant`` (Dr.GRPO: sum over tokens / (sequences * a fixed token budget), so a
 long response's tokens weigh the same as a short one's: no length bias).
@@ -44,9 +49,19 @@ class TokenLoss:
     clipped: Tensor  # bool: the PPO clip was active (gradient cut) at this token
 
 
+# Bound of a log-ratio inside exp(): exp(20) ~ 5e8 is finite in fp32 and far past any clip or cap, while a
+# floored log-prob (-1e4, see kforge.learner.logprobs) against a real one would make exp() inf.
+MAX_LOG_RATIO = 20.0
+
+
+def bounded(log_ratio: Tensor) -> Tensor:
+    """``log_ratio`` clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] (no gradient where it is clamped)."""
+    return log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+
+
 def truncated_is_weight(old: Tensor, rollout: Tensor, cap: float) -> tuple[Tensor, Tensor]:
     """min(exp(old - rollout), cap), detached, and where the cap was hit."""
-    ratio = torch.exp((old - rollout).detach())
+    ratio = torch.exp((old - rollout).detach())  # not bounded: a floored ``old`` must give exactly 0
     return ratio.clamp(max=cap), ratio > cap
 
 
@@ -74,13 +89,16 @@ def token_loss(
         return TokenLoss(loss, ratio, capped, ratio > is_clip, false)
     if loss_fn in ("ppo", "grpo", "dr_grpo"):
         weight, is_clipped = truncated_is_weight(old, rollout, is_clip)
-        ratio = torch.exp(logp - old.detach())
+        ratio = torch.exp(bounded(logp - old.detach()))
         unclipped = ratio * advantages
         clipped_term = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
         surrogate = torch.minimum(unclipped, clipped_term)
         adv = advantages.expand_as(ratio)
         active = ((ratio > 1.0 + clip_high) & (adv > 0)) | ((ratio < 1.0 - clip_low) & (adv < 0))
-        return TokenLoss(-weight * surrogate, ratio.detach(), weight, is_clipped, active.detach())
+        # A token the learner had floored (outside its top-k/top-p set) has weight 0; 0 * a huge ratio
+        # must be 0, not NaN, and must not reach the gradient either.
+        loss = torch.where(weight > 0, -weight * surrogate, torch.zeros_like(surrogate))
+        return TokenLoss(loss, ratio.detach(), weight, is_clipped, active.detach())
     raise ValueError(f"learner.loss_fn {loss_fn!r} is unknown; use one of {', '.join(LOSSES)}")
 
 
@@ -93,7 +111,7 @@ def mismatch_rejected(
     [1 / max_ratio, max_ratio], or when any of its tokens has a ratio below ``token_veto`` (the learner
     finds a sampled token far less likely than the engine claimed). Rows without engine log-probs
     (``has_rollout`` False, shape [batch, 1]) are never dropped."""
-    diff = (old - rollout).detach() * mask
+    diff = torch.where(mask.bool(), (old - rollout).detach(), torch.zeros_like(old))
     keep_rows = has_rollout.reshape(-1)
     rejected = torch.zeros_like(keep_rows)
     if max_ratio is not None:
@@ -122,8 +140,9 @@ def aggregate(
     """Reduce [batch, tokens] to a scalar. The totals default to this batch's; pass the totals of the
     whole optimiser minibatch when this is one micro-batch of it, so that the micro-batch losses add up
     to the minibatch loss (gradient accumulation without bias)."""
+    # where(), not a product: a non-finite value at a masked position (a pad, a rejected row) times 0 is NaN.
+    summed = torch.where(mask.bool(), per_token, torch.zeros_like(per_token)).sum(dim=-1)  # per sequence
     mask = mask.to(per_token.dtype)
-    summed = (per_token * mask).sum(dim=-1)  # per sequence
     seqs = float(total_seqs) if total_seqs is not None else float(per_token.shape[0])
     if mode == "token_mean":
         tokens = float(total_tokens) if total_tokens is not None else float(mask.sum().item())
@@ -140,8 +159,10 @@ def aggregate(
 
 def kl_estimate(logp: Tensor, ref: Tensor, estimator: str) -> Tensor:
     """Per-token estimate of KL(policy || reference) from samples of the policy.
-    k1 = log(pi/ref) (unbiased, noisy, can be negative); k3 = ref/pi - log(ref/pi) - 1 (>= 0, low variance)."""
-    log_ratio = ref.detach() - logp
+    k1 = log(pi/ref) (unbiased, noisy, can be negative); k3 = ref/pi - log(ref/pi) - 1 (>= 0, low variance).
+    The log ratio is bounded (``MAX_LOG_RATIO``): with top-k/top-p a sampled token can lie outside the
+    policy's or the reference's truncated set (log-prob floored at -1e4), and exp(1e4) is inf."""
+    log_ratio = bounded(ref.detach() - logp)
     if estimator == "k1":
         return -log_ratio
     if estimator == "k3":
@@ -149,14 +170,22 @@ def kl_estimate(logp: Tensor, ref: Tensor, estimator: str) -> Tensor:
     raise ValueError(f"learner.kl_estimator {estimator!r} is unknown; use k1 or k3")
 
 
+def kl_log_ratio(logp: Tensor, ref: Tensor) -> Tensor:
+    """log(pi/ref) per token, bounded and detached: the per-token "reward" of the KL's future term."""
+    return bounded(logp.detach() - ref.detach())
+
+
 def discounted_future_sum(values: Tensor, mask: Tensor, discount: float) -> Tensor:
     """sum over strictly later tokens t' > t of discount^(t'-t) * values[t'], masked, per row.
 
     Used for the KL penalty: a token also changes the KL of the tokens after it, which the direct KL
     term does not see; subtracting kl_coef times this sum from the token's advantage adds that effect
-    (score-function part of the sequence-KL gradient). discount 0 leaves it out.
+    (score-function part of the sequence-KL gradient). discount 0 leaves it out. The values summed must
+    be the log ratios log(pi/ref) (``kl_log_ratio``), whatever estimator the direct term uses: the
+    score-function gradient of E_pi[sum log(pi/ref)] weighs grad log pi_t by the later log ratios; k3
+    values there would be a different (always positive) penalty.
     """
-    values = values * mask.to(values.dtype)
+    values = torch.where(mask.bool(), values, torch.zeros_like(values))
     out = torch.zeros_like(values)
     if discount == 0.0:
         return out

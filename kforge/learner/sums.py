@@ -36,3 +36,34 @@ class Done:
     loss: float
     grads: list[Tensor | None]
     record: Any  # callable that adds the micro-batch's metrics to the step's sums
+
+
+def step_metrics(sums: Sums, stats: dict[str, float], applied: int, samples: int, elapsed: float, lr: float,
+                 optimizer_steps: int, version: int) -> dict[str, float]:
+    """train_step's metrics (``METRIC_KEYS`` of kforge.learner.learner) from the step's sums; ``applied`` is
+    the number of optimiser steps that were finite and taken."""
+    has_is = sums.values.get("_is_tokens", 0.0)
+    return {
+        "loss": stats["loss"] / applied if applied else 0.0,
+        "kl": sums.mean("kl"),
+        "entropy": sums.mean("entropy"),
+        "clip_fraction": sums.mean("clipped"),
+        "is_ratio_mean": sums.values.get("is_ratio", 0.0) / has_is if has_is else 1.0,
+        "is_ratio_max": sums.maxima.get("is_ratio", 1.0) if has_is else 1.0,
+        "is_clip_fraction": sums.values.get("is_clipped", 0.0) / has_is if has_is else 0.0,
+        "rollout_logprob_diff": sums.values.get("logp_diff", 0.0) / has_is if has_is else 0.0,
+        "grad_norm": stats["grad_norm"] / applied if applied else 0.0,
+        "grad_norm_max": stats["grad_norm_max"],
+        "tokens": stats["tokens"],
+        "response_tokens": sums.tokens,
+        "tokens_per_s": stats["tokens"] / elapsed if elapsed > 0 else 0.0,
+        "samples": float(samples),
+        "step_s": elapsed,
+        "lr": lr,
+        "optimizer_steps": float(optimizer_steps),
+        "version": float(version),
+        "skipped": 0.0,
+        "nonfinite_steps": sums.values.get("nonfinite_steps", 0.0),
+        "oom_retries": sums.values.get("oom_retries", 0.0),
+        "mismatch_rejected": sums.values.get("mismatch_rejected", 0.0),
+    }

@@ -129,6 +129,8 @@ def collapse_warnings(history: list[dict[str, Any]], current: dict[str, Any]) ->
             warnings.append(f"response length swung from {ref:.0f} to {now:.0f} tokens")
     if current.get("rate/format_ok", 1.0) == 0.0:
         warnings.append("no response had a parsable <KERNEL> block")
+    if current.get("advantage/coverage_blind", 0.0):
+        warnings.append("a coverage setting is on but no correct GPU verdict had a measured coverage")
     return warnings
 
 

@@ -6,6 +6,7 @@ from test_episode import KERNEL, NOT_A_MODEL, ScriptedBackend, answer, grade_by_
 
 from kforge.config.schema import LearnerConfig
 from kforge.credit.advantages import assign_returns, build_samples
+from kforge.credit.rewards import score_trajectories
 from kforge.policy.prompts import PromptBuilder
 from kforge.rollout.base import Completion
 from kforge.train.metrics import rollout_metrics
@@ -29,12 +30,14 @@ def test_truncated_turns_are_marked_reported_and_can_be_left_out(tok, problems):
     a = problems[0]
     backend = CutBackend(tok, problems, {})
     builder = PromptBuilder(tok, option="zero_shot")
-    trajs = run(backend, builder, grade_by_parsing(), make_cfg(mode="single_turn"), [(a, g) for g in range(4)])
+    cfg = make_cfg(mode="single_turn")
+    trajs = run(backend, builder, grade_by_parsing(), cfg, [(a, g) for g in range(4)])
     assert sorted(t.turns[0].truncated for t in trajs) == [False, False, True, True]
 
     metrics = rollout_metrics(trajs, {a.key: 1})
     assert metrics["rate/truncated"] == 0.5
 
+    score_trajectories(trajs, cfg.reward, cfg.episode.thinking)  # credit is the one writer of scores
     assign_returns(trajs, 1.0)
     kept, _ = build_samples(trajs, LearnerConfig())
     assert len(kept) == 4

@@ -345,6 +345,86 @@ def test_text_that_names_no_hidden_attribute_is_fine() -> None:
     assert check_source(code, RELU, "triton").errors == []
 
 
+ORDINARY_CUDA = """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+HEADER = "#include <torch/extension.h>\\n#include <cuda_runtime.h>\\n"
+BODY = r'''
+__device__ __forceinline__ float act(float v) { return v > 0.f ? v : 0.f * __expf(v); }
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    __shared__ float tile[256];
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n) y[i] = act(tile[threadIdx.x]);
+}
+
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+'''
+cuda_src = HEADER + BODY.replace("__FLT_SUFFIX__", "f")
+cuda_src += "\\n// __launch_bounds__ left to the compiler\\n"
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline(name="relu_ext", cpp_sources=["torch::Tensor relu_cuda(torch::Tensor x);"],
+                               cuda_sources=[cuda_src], functions=["relu_cuda"],
+                               extra_cuda_cflags=["-O3", "-D__CUDA_NO_HALF_OPERATORS__"], verbose=False)
+
+    def forward(self, x):
+        return self.ext.relu_cuda(x.contiguous())
+"""
+
+
+def test_cuda_sources_full_of_dunder_names_pass_the_static_check() -> None:
+    """C/CUDA text is `__global__`, `__restrict__`, `__syncthreads`, `__expf`: the ban on dunder names in
+    text failed every honest CUDA candidate on the GPU (`static_check_failed`)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from repeatability import kernels
+
+    sources = {p.name: p.read_text() for p in sorted((ROOT / "tests/candidates").glob("cuda_*.py"))}
+    sources.update({f"repeatability {pid}": code for pid, backend, code in kernels() if backend == "cuda"})
+    sources["ordinary"] = ORDINARY_CUDA
+    assert len(sources) >= 6
+    for name, code in sources.items():
+        assert check_source(code, RELU, "cuda").errors == [], name
+
+
+@pytest.mark.parametrize("edit", [
+    # the same text handed to load_inline and to a lookup
+    ("cpp_src = ", "leak = cuda_src[:9].format(relu)\ncpp_src = "),
+    ("cpp_src = ", "keep = [cuda_src]\ncpp_src = "),
+    # a home-made load_inline, or a rebound name, receives the text
+    ("from torch.utils.cpp_extension import load_inline",
+     "def load_inline(**kw):\n    return kw['cpp_sources'].format(relu)"),
+    ("ext = load_inline(", "load_inline = print\next = load_inline("),
+    # text built by something other than text operations, or kept where no name is read
+    ("cpp_sources=cpp_src", "cpp_sources=(leak := '{0.__closure__}')"),
+    ("cpp_sources=cpp_src", "cpp_sources=str('{0.__globals__}'.format(relu))"),
+    ("class ModelNew", "class Holder:\n    text = '__closure__'\n\n\nclass ModelNew"),
+    ("class ModelNew", "class Holder:\n    __match_args__ = ('__closure__',)\n\n\nclass ModelNew"),
+    ("class ModelNew", "import functools\nfunctools.update_wrapper(relu, relu, assigned=('__closure__',))\n\n\n"
+                       "class ModelNew"),
+    ("cpp_src = ", "for cuda_src in ['{0.__globals__}']:\n    pass\ncpp_src = "),
+])
+def test_text_lookups_beside_cuda_source_are_still_banned(edit: tuple[str, str]) -> None:
+    old, new = edit
+    code = CUDA_RELU.replace(old, new, 1).replace("class ModelNew", "relu = None\n\n\nclass ModelNew", 1)
+    assert code != CUDA_RELU
+    rep = check_source(code, RELU, "cuda")
+    assert any("as text" in e or "computed name" in e for e in rep.errors), (edit, rep.errors)
+
+
 def test_builtin_solutions_against_their_own_problems_carry_no_flag() -> None:
     from kforge.problems import builtin_problems
 

@@ -208,6 +208,35 @@ def test_an_honest_cuda_kernel_in_a_nameless_namespace_is_its_own() -> None:
     assert kernel_coverage(profiled, names, set()) == pytest.approx(0.3)
 
 
+def test_a_correct_flagged_candidate_still_gets_coverage_and_none_of_its_kernels_is_zero() -> None:
+    """decoy.py, prefix_name.py (flagged kernel_not_needed) and lazy.py (flagged timing_inconsistent) got
+    coverage None on an H100: coverage was measured only after a consistent, unflagged timing."""
+    from types import SimpleNamespace
+
+    from kforge.evaluator.coverage import kernel_times
+    from kforge.evaluator.examine import wants_profile
+    from kforge.evaluator.verdict import Status, Verdict
+
+    for flags in ([], ["kernel_not_needed"], ["timing_inconsistent"], ["timed_output_mismatch"]):
+        assert wants_profile(Verdict(Status.CORRECT, flags=list(flags), timing_meaningful=True)), flags
+    assert not wants_profile(Verdict(Status.CORRECT, flags=["failed_when_timed"], timing_meaningful=True))
+    assert not wants_profile(Verdict(Status.CORRECT, timing_meaningful=False))  # the Triton interpreter
+    assert not wants_profile(Verdict(Status.INCORRECT, timing_meaningful=True))
+
+    def ev(key: str, device_us: float, cuda_us: float = 0.0) -> SimpleNamespace:
+        return SimpleNamespace(key=key, device_time_total=device_us, cuda_time_total=cuda_us)
+
+    # decoy.py's profiled call, as key_averages() gives it: PyTorch's GEMM and clamp do the work.
+    events = [ev("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 410.0),
+              ev("void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min>(int)", 12.0),
+              ev("touch_kernel", 1.5), ev("Memset (Device)", 0.0), ev("", 3.0), ev("old_torch_kernel", 0.0, 2.0)]
+    times = kernel_times(events)
+    assert set(times) == {events[0].key, events[1].key, "touch_kernel", "old_torch_kernel"}
+    assert 0.0 < kernel_coverage(times, {"touch_kernel"}) < 0.01
+    assert kernel_coverage(times, {"relu_kernel"}) == 0.0  # its kernel never ran: 0, not None
+    assert kernel_coverage(kernel_times([]), {"relu_kernel"}) == 0.0
+
+
 # --- the wire: bounded, pickle-free frames -------------------------------------------------------
 
 def test_frames_larger_than_expected_are_refused_before_reading() -> None:

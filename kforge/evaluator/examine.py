@@ -34,6 +34,13 @@ from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, tria
 from kforge.evaluator.verdict import Status, Timings, Verdict
 
 
+def wants_profile(v: Verdict) -> bool:
+    """Whether a verdict gets its GPU-time coverage measured: every correct one, flagged or not (a
+    flag ends timing, not the question how much of the work was the candidate's), unless its child
+    already broke when called again, or timing means nothing here (the Triton interpreter)."""
+    return v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
+
+
 def timings_from(ms: list[float]) -> Timings | None:
     if not ms:
         return None
@@ -65,9 +72,12 @@ class Examination:
         try:
             self._import()
             self._trials(decoy=backend == "triton" and self.ref.decoy is not None)
-            if self.v.status is Status.CORRECT and not self.v.flags:
+            if self.v.status is Status.CORRECT:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
-                    self._timing()
+                    if not self.v.flags:
+                        self._timing()
+                    if wants_profile(self.v):
+                        self._profile()
             self.child.send({"op": P.OP_BYE})
         except _Stop:
             pass
@@ -175,10 +185,17 @@ class Examination:
         if self.v.timing_meaningful:
             self.v.timings = timings_from(clock.reported_ms)
             self.v.kernel_ms = check.kernel_ms
-            # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
-            prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
-            cov = prof.get("coverage")
-            self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
+
+    def _profile(self) -> None:
+        """GPU-time coverage of one call, for every correct candidate, flagged or not: one whose own
+        kernels did none of the GPU work (decoy.py, flagged kernel_not_needed) has coverage 0, not None."""
+        assert self.child is not None
+        self.stage = "timing"  # a child that breaks here broke when called again: failed_when_timed
+        deadline = time.monotonic() + self.cfg.timing_timeout_s
+        # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
+        prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
+        cov = prof.get("coverage")
+        self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
 
     def _decoy(self) -> bool:
         """The decoy trial: whether the candidate's kernels were needed. Its own Triton launches are

@@ -178,6 +178,10 @@ class Examination:
         self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
         self.v.details["reference_overhead_ms"] = ref.clock.overhead_ms  # what that estimate subtracted
         check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
+        # What the parent's own clock saw (least wall per call, the reference's over the candidate's), and
+        # whether the figure is the clock's floor rather than the report (a report it could not confirm).
+        self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(clock.wall_ms), 1e-9)
+        self.v.details["timing_clamped"] = check.clamped
         if not check.consistent:
             self.v.flags.append("timing_inconsistent")
             self.v.details["reason"] = check.reason

@@ -5,8 +5,9 @@ extends it): import/compile -> correctness trials (the parent's seeds, in the pa
 answer per request, outputs read by the parent from the arena) -> timed calls on fresh inputs, with the
 parent's clock around each and the outputs of every call read at secret positions -> profile (GPU).
 Among the trials, at a random place, the decoy trial (Triton: the same problem without the candidate's
-kernels). Timing runs only for a correct, unflagged candidate; on a GPU under the device's timing lock,
-released on every path.
+kernels). Timing runs only for a correct, unflagged candidate, the profile for every correct one (a
+flagged one's coverage is still evidence); on a GPU both under the device's timing lock, released on
+every path.
 
 What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
 protocol before the child reported READY is a compile error, whatever the child called it or did; after

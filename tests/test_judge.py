@@ -406,6 +406,13 @@ def test_interception_and_loaders_are_banned_by_any_path(snippet: str) -> None:
     "from operator import attrgetter", "import operator\nf = operator.methodcaller('x')",
     "import functools\nf = functools.reduce(getattr, ['run'], triton.runtime.jit.JITFunction)", "g = getattr",
     "text = '{0.__globals__}'.format(relu)", "c = relu.cell_contents",
+    # no `.name` and no text: a class pattern's keywords, and update_wrapper copying names chosen at run time
+    "match relu:\n    case object(__closure__=cells):\n        pass",
+    "match relu:\n    case object(cell_contents=guard):\n        pass",
+    "import functools\nfrom dataclasses import dataclass, fields\n\n\n@dataclass\nclass H:\n"
+    "    __closure__: object = None\n\n\nh = H()\nfunctools.update_wrapper(h, relu, (fields(H)[0].name,), ())\n"
+    "match h:\n    case H(cells):\n        pass",
+    "from functools import wraps\nw = wraps(relu, assigned=[n for n in ('a',)])",
 ])
 def test_dunder_lookups_written_as_text_are_banned(snippet: str) -> None:
     """closure_guard.py read the launch recorder's Guard through `operator.attrgetter('__closure__')`
@@ -417,6 +424,8 @@ def test_dunder_lookups_written_as_text_are_banned(snippet: str) -> None:
 def test_text_that_names_no_hidden_attribute_is_fine() -> None:
     code = GOOD.replace("import torch\n", 'import torch\n"""Docstrings may say __init__ or __len__."""\n', 1)
     code += "\nif __name__ == '__main__':\n    print(hasattr(ModelNew, 'forward'))\n"
+    code += "\nimport functools\n\n\ndef logged(f):\n    @functools.wraps(f)\n    def inner(*a):\n" \
+            "        return f(*a)\n    return inner\n\n\nmatch 3:\n    case int(real=r):\n        pass\n"
     assert check_source(code, RELU, "triton").errors == []
 
 

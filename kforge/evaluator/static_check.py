@@ -22,6 +22,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from kforge.evaluator.hidden_lookup import hidden_lookups
 from kforge.evaluator.native_source import compiler_text
 
 # CPython 3.11's parser keeps recursion bookkeeping that concurrent parses from several threads can
@@ -350,6 +351,10 @@ class _CandidateVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _hidden_attr(attr: str) -> bool:
+    return (attr.startswith("__") and attr.endswith("__") and attr not in _DUNDER_OK) or attr in _FRAME_ATTRS
+
+
 def import_aliases(tree: ast.Module) -> dict[str, str]:
     """Local names bound by the module's imports: `tl` -> `triton.language`, `jit` -> `triton.jit`."""
     aliases: dict[str, str] = {}
@@ -380,6 +385,8 @@ def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
                           and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
     visitor.native = compiler_text(tree, lambda f: _resolve(_dotted(f), visitor.aliases))
     visitor.visit(tree)
+    for what, node in hidden_lookups(tree, lambda f: _resolve(_dotted(f), visitor.aliases), _hidden_attr):
+        visitor._ban(what, node)
     rep = visitor.report
     rep.flags = sorted(set(rep.flags))
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):

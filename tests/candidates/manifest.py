@@ -308,6 +308,10 @@ ATTACKS = [
            "whose launch record it forges and whose decoy switch it reads. Banned in source (attrgetter, "
            "methodcaller, dunder names as text, getattr as a value, cell_contents); with the static check off "
            "it is `correct` (the in-process layers are evidence: on a GPU its coverage is 0)", item=4),
+    Attack("closure_match.py", {"all": "static_check_failed", "no_static": "correct", "bare": "correct"},
+           "closure_guard.py with class patterns instead of text (`case object(__closure__=cells)`): banned in "
+           "source (a class pattern's keywords are lookups like any `.name`); without the static check, as "
+           "closure_guard.py", item=4),
     Attack("decoy_canary.py", {"all": "correct"},
            "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
            "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "

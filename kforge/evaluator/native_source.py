@@ -59,7 +59,8 @@ def _class_body_names(tree: ast.Module) -> set[str]:
                 if isinstance(sub, ast.stmt):
                     todo.append(sub)
                 elif isinstance(sub, ast.expr):
-                    names.update(n.id for n in ast.walk(sub) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+                    names.update(n.id for n in ast.walk(sub)
+                                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
     return names
 
 
@@ -104,8 +105,8 @@ def compiler_text(tree: ast.Module, resolve: Callable[[ast.AST], str]) -> set[in
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and resolve(n.func) == LOAD_INLINE
              and _head(n.func) not in stores]  # not a home-made load_inline, nor a rebound module name
     roots = [a for c in calls for a in [*c.args, *(k.value for k in c.keywords)]]
-    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names}
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     candidates = {n for n, vals in stores.items() if vals and None not in vals and n not in other_refs | imported}
     reached: set[str] = set()
     while True:

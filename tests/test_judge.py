@@ -127,6 +127,33 @@ def test_on_a_gpu_the_parents_clock_bounds_forged_skipped_and_skewed_reports() -
     assert check_timing(Clock(wall_ms=_h100_loop(2.5), reported_ms=[2.5] * 20), big_ref, cfg).kernel_ms == 2.5
 
 
+def test_the_gpu_expectations_of_the_attacks_loosen_nothing() -> None:
+    """Where a GPU legitimately differs (patch_launcher.py's no-op launcher really skips the kernel there;
+    a tiny kernel's forged report is clamped, not flagged), the manifest's GPU expectation still never
+    accepts `correct` without a flag or a clamped figure, and never touches the `all` mode."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("kforge_manifest_gpu", ROOT / "tests/candidates/manifest.py")
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = m  # its dataclasses look their module up there
+    spec.loader.exec_module(m)  # type: ignore[union-attr]
+    from kforge.evaluator.verdict import Status, Verdict
+
+    plain = Verdict(Status.CORRECT, speedup=905.0, details={"timing_clamped": False, "clock_speedup": 1.0})
+    clamped = Verdict(Status.CORRECT, speedup=1.9, details={"timing_clamped": True, "clock_speedup": 1.0})
+    overridden = [a for a in m.ATTACKS if a.gpu]
+    assert {a.file for a in overridden} >= {"forged_timing.py", "skip_timed_calls.py", "patch_launcher.py"}
+    for a in overridden:
+        assert "all" not in a.gpu and set(a.gpu) <= set(a.expect), a.file
+        for mode in a.gpu:
+            assert not m.matches(a.want(mode, True), plain), (a.file, mode)  # 905x, no flag: never
+            assert a.want(mode, False) == a.expect[mode]
+    for name in ("forged_timing.py", "skip_timed_calls.py"):
+        a = next(x for x in m.ATTACKS if x.file == name)
+        assert m.matches(a.want("bare", True), clamped) and not m.matches(a.want("bare", False), clamped)
+
+
 def test_a_delay_in_some_calls_does_not_make_an_honest_report_inconsistent() -> None:
     """A freeze that lands late, or another process on the device, adds to some calls' wall time (seen on
     an H100: an honest CUDA ReLU flagged). The parent's estimate is its least call, which still did the

@@ -181,7 +181,8 @@ class Examination:
         check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
         # What the parent's own clock saw (least wall per call, the reference's over the candidate's), and
         # whether the figure is the clock's floor rather than the report (a report it could not confirm).
-        self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(clock.wall_ms), 1e-9)
+        if ref.clock.wall_ms and clock.wall_ms:
+            self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(clock.wall_ms), 1e-9)
         self.v.details["timing_clamped"] = check.clamped
         if not check.consistent:
             self.v.flags.append("timing_inconsistent")

@@ -117,7 +117,7 @@ def main() -> int:
         cases = [c for c in m.CASES if (c.gpu_only <= gpu) and not (c.cpu_only and gpu)
                  and not (args.skip_cuda and c.backend == "cuda")]
         for mode in m.MODES:
-            attacks = [(a, a.expect[mode]) for a in m.ATTACKS if mode in a.expect]
+            attacks = [(a, a.want(mode, gpu)) for a in m.ATTACKS if mode in a.expect]
             mode_cases = [c for c in cases if c.mode == mode]
             got = judge_all(mode, [(a.problem, a.code(), "triton") for a, _w in attacks]
                             + [(c.problem, c.code(), c.backend) for c in mode_cases])

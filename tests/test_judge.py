@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import struct
 from pathlib import Path
 
@@ -42,9 +43,9 @@ def test_forged_or_skipped_timings_are_inconsistent() -> None:
     ref = Clock(wall_ms=[3.0] * 10, reported_ms=[2.0] * 10)
     forged = Clock(wall_ms=[1.6] * 10, reported_ms=[0.0001] * 10)  # did 0.6 ms of work per call, claims 0.0001
     assert not _consistent(forged, ref, cfg)
-    # Just inside the allowance: 0.6 <= 1.5 * 0.39 + 0.02 + 0.1 * 1.0 (a tenth of the reference's overhead).
-    assert _consistent(Clock([1.6] * 10, [0.33] * 10), ref, cfg)
-    assert not _consistent(Clock([1.6] * 10, [0.31] * 10), ref, cfg)
+    # Just inside the allowance: 0.6 <= 1.5 * 0.06 + 0.02 + 0.5 * 1.0 (half the reference's overhead).
+    assert _consistent(Clock([1.6] * 10, [0.06] * 10), ref, cfg)
+    assert not _consistent(Clock([1.6] * 10, [0.05] * 10), ref, cfg)
 
 
 @pytest.mark.parametrize("reported", [[], [0.5] * 9, [0.5] * 9 + [-0.5], [0.5] * 9 + [float("nan")],
@@ -79,6 +80,78 @@ def test_the_figure_never_beats_the_parents_clock_by_more_than_the_ratio() -> No
     big_ref = Clock(wall_ms=[505.0] * 10, reported_ms=[5.0] * 10)
     big = check_timing(Clock(wall_ms=[505.0] * 10, reported_ms=[0.01] * 10), big_ref, cfg)
     assert 5.0 / big.kernel_ms == pytest.approx(2.0, rel=1e-3)
+
+
+def _h100_loop(kernel_ms: float, calls: int = 20, extra_ms: float = 0.0) -> list[float]:
+    """Parent wall times per call as an H100 showed them for a tiny problem: ~1 ms of loop overhead
+    (request, inputs, L2 flush, copy out, freeze, read) with 0.05-0.4 ms of noise, around the kernel."""
+    return [1.0 + extra_ms + kernel_ms + 0.05 + 0.35 * ((7 * i) % calls) / calls for i in range(calls)]
+
+
+def test_on_a_gpu_the_parents_clock_bounds_forged_skipped_and_skewed_reports() -> None:
+    """On an H100 (bare mode) forged_timing.py got a speedup of 905, skip_timed_calls.py 90.6 and
+    skewed_timing.py passed, while an honest scale kernel was flagged: the parent's estimate (least wall
+    less the reference's overhead) was ~0 or noise when the loop costs ~1 ms and the kernel 5 us."""
+    cfg = EvaluatorConfig()  # the GPU defaults: ratio 2, slack 0.15 ms
+    ref_ms = 0.006
+    ref = Clock(wall_ms=_h100_loop(ref_ms), reported_ms=[ref_ms] * 20)
+    baseline = statistics.fmean(ref.reported_ms)
+
+    def speedup(c: Clock) -> float:
+        return baseline / check_timing(c, ref, cfg).kernel_ms
+
+    # forged_timing.py: real work (its kernel about the reference's), every call reported at 0.0001 ms,
+    # in a loop a little quicker than the reference's (its child, bare, had less to do around each call).
+    forged = Clock(wall_ms=_h100_loop(0.008, extra_ms=-0.05), reported_ms=[0.0001] * 20)
+    # skip_timed_calls.py: the work done after the window, before the answer: reported 0.001 ms.
+    skipped = Clock(wall_ms=_h100_loop(0.008, extra_ms=-0.02), reported_ms=[0.001] * 20)
+    # skewed_timing.py: two calls of three at 0.001 ms, the third carries the rest: an honest mean.
+    skewed = Clock(wall_ms=_h100_loop(0.008), reported_ms=[0.001, 0.001, 0.022] * 6 + [0.001, 0.023])
+    for name, c in (("forged", forged), ("skipped", skipped)):
+        check = check_timing(c, ref, cfg)
+        assert check.clamped or not check.consistent, name
+        assert speedup(c) <= cfg.timing_ratio * 1.05, (name, speedup(c))  # not 905x, not 90x: at most 2x
+    assert speedup(skewed) == pytest.approx(ref_ms / statistics.fmean(skewed.reported_ms))  # the mean: no gain
+    assert speedup(skewed) < 1.0
+    # Honest kernels in the same loop, its overhead up to 0.3 ms larger than the reference's (the audit hook,
+    # the guard): never flagged; a report the clock can confirm is the figure as reported.
+    for kernel, extra in ((0.006, 0.0), (0.005, 0.3), (0.012, 0.1), (0.004, 0.2)):
+        honest = Clock(wall_ms=_h100_loop(kernel, extra_ms=extra), reported_ms=[kernel] * 20)
+        check = check_timing(honest, ref, cfg)
+        assert check.consistent, (kernel, extra, check.reason)
+        if kernel >= ref_ms / 1.5:
+            assert check.kernel_ms == pytest.approx(kernel), (kernel, extra)
+    # Where the kernel dominates the loop the flag still resolves a forged report.
+    big_ref = Clock(wall_ms=_h100_loop(5.0), reported_ms=[5.0] * 20)
+    assert not check_timing(Clock(wall_ms=_h100_loop(5.0), reported_ms=[0.0001] * 20), big_ref, cfg).consistent
+    assert check_timing(Clock(wall_ms=_h100_loop(2.5), reported_ms=[2.5] * 20), big_ref, cfg).kernel_ms == 2.5
+
+
+def test_the_gpu_expectations_of_the_attacks_loosen_nothing() -> None:
+    """Where a GPU legitimately differs (patch_launcher.py's no-op launcher really skips the kernel there;
+    a tiny kernel's forged report is clamped, not flagged), the manifest's GPU expectation still never
+    accepts `correct` without a flag or a clamped figure, and never touches the `all` mode."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("kforge_manifest_gpu", ROOT / "tests/candidates/manifest.py")
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = m  # its dataclasses look their module up there
+    spec.loader.exec_module(m)  # type: ignore[union-attr]
+    from kforge.evaluator.verdict import Status, Verdict
+
+    plain = Verdict(Status.CORRECT, speedup=905.0, details={"timing_clamped": False, "clock_speedup": 1.0})
+    clamped = Verdict(Status.CORRECT, speedup=1.9, details={"timing_clamped": True, "clock_speedup": 1.0})
+    overridden = [a for a in m.ATTACKS if a.gpu]
+    assert {a.file for a in overridden} >= {"forged_timing.py", "skip_timed_calls.py", "patch_launcher.py"}
+    for a in overridden:
+        assert "all" not in a.gpu and set(a.gpu) <= set(a.expect), a.file
+        for mode in a.gpu:
+            assert not m.matches(a.want(mode, True), plain), (a.file, mode)  # 905x, no flag: never
+            assert a.want(mode, False) == a.expect[mode]
+    for name in ("forged_timing.py", "skip_timed_calls.py"):
+        a = next(x for x in m.ATTACKS if x.file == name)
+        assert m.matches(a.want("bare", True), clamped) and not m.matches(a.want("bare", False), clamped)
 
 
 def test_a_delay_in_some_calls_does_not_make_an_honest_report_inconsistent() -> None:
@@ -208,6 +281,35 @@ def test_an_honest_cuda_kernel_in_a_nameless_namespace_is_its_own() -> None:
     assert kernel_coverage(profiled, names, set()) == pytest.approx(0.3)
 
 
+def test_a_correct_flagged_candidate_still_gets_coverage_and_none_of_its_kernels_is_zero() -> None:
+    """decoy.py, prefix_name.py (flagged kernel_not_needed) and lazy.py (flagged timing_inconsistent) got
+    coverage None on an H100: coverage was measured only after a consistent, unflagged timing."""
+    from types import SimpleNamespace
+
+    from kforge.evaluator.coverage import kernel_times
+    from kforge.evaluator.examine import wants_profile
+    from kforge.evaluator.verdict import Status, Verdict
+
+    for flags in ([], ["kernel_not_needed"], ["timing_inconsistent"], ["timed_output_mismatch"]):
+        assert wants_profile(Verdict(Status.CORRECT, flags=list(flags), timing_meaningful=True)), flags
+    assert not wants_profile(Verdict(Status.CORRECT, flags=["failed_when_timed"], timing_meaningful=True))
+    assert not wants_profile(Verdict(Status.CORRECT, timing_meaningful=False))  # the Triton interpreter
+    assert not wants_profile(Verdict(Status.INCORRECT, timing_meaningful=True))
+
+    def ev(key: str, device_us: float, cuda_us: float = 0.0) -> SimpleNamespace:
+        return SimpleNamespace(key=key, device_time_total=device_us, cuda_time_total=cuda_us)
+
+    # decoy.py's profiled call, as key_averages() gives it: PyTorch's GEMM and clamp do the work.
+    events = [ev("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 410.0),
+              ev("void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min>(int)", 12.0),
+              ev("touch_kernel", 1.5), ev("Memset (Device)", 0.0), ev("", 3.0), ev("old_torch_kernel", 0.0, 2.0)]
+    times = kernel_times(events)
+    assert set(times) == {events[0].key, events[1].key, "touch_kernel", "old_torch_kernel"}
+    assert 0.0 < kernel_coverage(times, {"touch_kernel"}) < 0.01
+    assert kernel_coverage(times, {"relu_kernel"}) == 0.0  # its kernel never ran: 0, not None
+    assert kernel_coverage(kernel_times([]), {"relu_kernel"}) == 0.0
+
+
 # --- the wire: bounded, pickle-free frames -------------------------------------------------------
 
 def test_frames_larger_than_expected_are_refused_before_reading() -> None:
@@ -331,6 +433,13 @@ def test_interception_and_loaders_are_banned_by_any_path(snippet: str) -> None:
     "from operator import attrgetter", "import operator\nf = operator.methodcaller('x')",
     "import functools\nf = functools.reduce(getattr, ['run'], triton.runtime.jit.JITFunction)", "g = getattr",
     "text = '{0.__globals__}'.format(relu)", "c = relu.cell_contents",
+    # no `.name` and no text: a class pattern's keywords, and update_wrapper copying names chosen at run time
+    "match relu:\n    case object(__closure__=cells):\n        pass",
+    "match relu:\n    case object(cell_contents=guard):\n        pass",
+    "import functools\nfrom dataclasses import dataclass, fields\n\n\n@dataclass\nclass H:\n"
+    "    __closure__: object = None\n\n\nh = H()\nfunctools.update_wrapper(h, relu, (fields(H)[0].name,), ())\n"
+    "match h:\n    case H(cells):\n        pass",
+    "from functools import wraps\nw = wraps(relu, assigned=[n for n in ('a',)])",
 ])
 def test_dunder_lookups_written_as_text_are_banned(snippet: str) -> None:
     """closure_guard.py read the launch recorder's Guard through `operator.attrgetter('__closure__')`
@@ -342,7 +451,89 @@ def test_dunder_lookups_written_as_text_are_banned(snippet: str) -> None:
 def test_text_that_names_no_hidden_attribute_is_fine() -> None:
     code = GOOD.replace("import torch\n", 'import torch\n"""Docstrings may say __init__ or __len__."""\n', 1)
     code += "\nif __name__ == '__main__':\n    print(hasattr(ModelNew, 'forward'))\n"
+    code += "\nimport functools\n\n\ndef logged(f):\n    @functools.wraps(f)\n    def inner(*a):\n" \
+            "        return f(*a)\n    return inner\n\n\nmatch 3:\n    case int(real=r):\n        pass\n"
     assert check_source(code, RELU, "triton").errors == []
+
+
+ORDINARY_CUDA = """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+HEADER = "#include <torch/extension.h>\\n#include <cuda_runtime.h>\\n"
+BODY = r'''
+__device__ __forceinline__ float act(float v) { return v > 0.f ? v : 0.f * __expf(v); }
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    __shared__ float tile[256];
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n) y[i] = act(tile[threadIdx.x]);
+}
+
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+'''
+cuda_src = HEADER + BODY.replace("__FLT_SUFFIX__", "f")
+cuda_src += "\\n// __launch_bounds__ left to the compiler\\n"
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline(name="relu_ext", cpp_sources=["torch::Tensor relu_cuda(torch::Tensor x);"],
+                               cuda_sources=[cuda_src], functions=["relu_cuda"],
+                               extra_cuda_cflags=["-O3", "-D__CUDA_NO_HALF_OPERATORS__"], verbose=False)
+
+    def forward(self, x):
+        return self.ext.relu_cuda(x.contiguous())
+"""
+
+
+def test_cuda_sources_full_of_dunder_names_pass_the_static_check() -> None:
+    """C/CUDA text is `__global__`, `__restrict__`, `__syncthreads`, `__expf`: the ban on dunder names in
+    text failed every honest CUDA candidate on the GPU (`static_check_failed`)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from repeatability import kernels
+
+    sources = {p.name: p.read_text() for p in sorted((ROOT / "tests/candidates").glob("cuda_*.py"))}
+    sources.update({f"repeatability {pid}": code for pid, backend, code in kernels() if backend == "cuda"})
+    sources["ordinary"] = ORDINARY_CUDA
+    assert len(sources) >= 6
+    for name, code in sources.items():
+        assert check_source(code, RELU, "cuda").errors == [], name
+
+
+@pytest.mark.parametrize("edit", [
+    # the same text handed to load_inline and to a lookup
+    ("cpp_src = ", "leak = cuda_src[:9].format(relu)\ncpp_src = "),
+    ("cpp_src = ", "keep = [cuda_src]\ncpp_src = "),
+    # a home-made load_inline, or a rebound name, receives the text
+    ("from torch.utils.cpp_extension import load_inline",
+     "def load_inline(**kw):\n    return kw['cpp_sources'].format(relu)"),
+    ("ext = load_inline(", "load_inline = print\next = load_inline("),
+    # text built by something other than text operations, or kept where no name is read
+    ("cpp_sources=cpp_src", "cpp_sources=(leak := '{0.__closure__}')"),
+    ("cpp_sources=cpp_src", "cpp_sources=str('{0.__globals__}'.format(relu))"),
+    ("class ModelNew", "class Holder:\n    text = '__closure__'\n\n\nclass ModelNew"),
+    ("class ModelNew", "class Holder:\n    __match_args__ = ('__closure__',)\n\n\nclass ModelNew"),
+    ("class ModelNew", "import functools\nfunctools.update_wrapper(relu, relu, assigned=('__closure__',))\n\n\n"
+                       "class ModelNew"),
+    ("cpp_src = ", "for cuda_src in ['{0.__globals__}']:\n    pass\ncpp_src = "),
+])
+def test_text_lookups_beside_cuda_source_are_still_banned(edit: tuple[str, str]) -> None:
+    old, new = edit
+    code = CUDA_RELU.replace(old, new, 1).replace("class ModelNew", "relu = None\n\n\nclass ModelNew", 1)
+    assert code != CUDA_RELU
+    rep = check_source(code, RELU, "cuda")
+    assert any("as text" in e or "computed name" in e for e in rep.errors), (edit, rep.errors)
 
 
 def test_builtin_solutions_against_their_own_problems_carry_no_flag() -> None:

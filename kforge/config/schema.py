@@ -189,8 +189,8 @@ class EvaluatorConfig(Section):
     timing_ratio: float = Field(2.0, ge=1.0, description="flag timing_inconsistent when the parent's clock says "
                                 "the calls took more than this times what the child reported; a speedup never "
                                 "exceeds this times what the parent's clock allows")
-    timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison (plus a "
-                                   "tenth of the reference's per-call overhead): the resolution of the parent's clock")
+    timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison (plus "
+                                   "half the reference's per-call overhead): the resolution of the parent's clock")
     pids_max: int = Field(1024, gt=0, description="cgroup pids.max of a child (threads included)")
     static_checks: bool = Field(True, description="reject sources that use what no kernel needs (off only to "
                                 "test the layers below)")

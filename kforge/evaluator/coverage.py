@@ -14,6 +14,7 @@ Evidence from the candidate's process: it scales speed reward, never grants it.
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable
 
 _GLOBAL = re.compile(r"__global__\s+[^;{(]*?(\w+)\s*\(")
 _NAMESPACE = re.compile(r"\bnamespace\s+(\w+)\s*\{")
@@ -67,3 +68,14 @@ def kernel_coverage(kernel_us: dict[str, float], names: set[str], namespaces: se
     if total <= 0:
         return 0.0
     return sum(us for name, us in kernel_us.items() if is_own(name, names, namespaces)) / total
+
+
+def kernel_times(events: Iterable[Any]) -> dict[str, float]:
+    """GPU microseconds per kernel name from torch.profiler's `key_averages()` (CUDA activity only, so
+    every event is device work): `device_time_total`, or `cuda_time_total` on older torch."""
+    kernel_us: dict[str, float] = {}
+    for ev in events:
+        us = float(getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0) or 0.0)
+        if us > 0 and ev.key:
+            kernel_us[ev.key] = kernel_us.get(ev.key, 0.0) + us
+    return kernel_us

@@ -5,8 +5,9 @@ extends it): import/compile -> correctness trials (the parent's seeds, in the pa
 answer per request, outputs read by the parent from the arena) -> timed calls on fresh inputs, with the
 parent's clock around each and the outputs of every call read at secret positions -> profile (GPU).
 Among the trials, at a random place, the decoy trial (Triton: the same problem without the candidate's
-kernels). Timing runs only for a correct, unflagged candidate; on a GPU under the device's timing lock,
-released on every path.
+kernels). Timing runs only for a correct, unflagged candidate, the profile for every correct one (a
+flagged one's coverage is still evidence); on a GPU both under the device's timing lock, released on
+every path.
 
 What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
 protocol before the child reported READY is a compile error, whatever the child called it or did; after
@@ -32,6 +33,13 @@ from kforge.evaluator.feedback import clean_error
 from kforge.evaluator.judge import check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
+
+
+def wants_profile(v: Verdict) -> bool:
+    """Whether a verdict gets its GPU-time coverage measured: every correct one, flagged or not (a
+    flag ends timing, not the question how much of the work was the candidate's), unless its child
+    already broke when called again, or timing means nothing here (the Triton interpreter)."""
+    return v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
 
 
 def timings_from(ms: list[float]) -> Timings | None:
@@ -65,9 +73,12 @@ class Examination:
         try:
             self._import()
             self._trials(decoy=backend == "triton" and self.ref.decoy is not None)
-            if self.v.status is Status.CORRECT and not self.v.flags:
+            if self.v.status is Status.CORRECT:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
-                    self._timing()
+                    if not self.v.flags:
+                        self._timing()
+                    if wants_profile(self.v):
+                        self._profile()
             self.child.send({"op": P.OP_BYE})
         except _Stop:
             pass
@@ -168,6 +179,11 @@ class Examination:
         self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
         self.v.details["reference_overhead_ms"] = ref.clock.overhead_ms  # what that estimate subtracted
         check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
+        # What the parent's own clock saw (least wall per call, the reference's over the candidate's), and
+        # whether the figure is the clock's floor rather than the report (a report it could not confirm).
+        if ref.clock.wall_ms and clock.wall_ms:
+            self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(clock.wall_ms), 1e-9)
+        self.v.details["timing_clamped"] = check.clamped
         if not check.consistent:
             self.v.flags.append("timing_inconsistent")
             self.v.details["reason"] = check.reason
@@ -175,10 +191,17 @@ class Examination:
         if self.v.timing_meaningful:
             self.v.timings = timings_from(clock.reported_ms)
             self.v.kernel_ms = check.kernel_ms
-            # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
-            prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
-            cov = prof.get("coverage")
-            self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
+
+    def _profile(self) -> None:
+        """GPU-time coverage of one call, for every correct candidate, flagged or not: one whose own
+        kernels did none of the GPU work (decoy.py, flagged kernel_not_needed) has coverage 0, not None."""
+        assert self.child is not None
+        self.stage = "timing"  # a child that breaks here broke when called again: failed_when_timed
+        deadline = time.monotonic() + self.cfg.timing_timeout_s
+        # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
+        prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
+        cov = prof.get("coverage")
+        self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
 
     def _decoy(self) -> bool:
         """The decoy trial: whether the candidate's kernels were needed. Its own Triton launches are

@@ -155,10 +155,27 @@ def parent_ms_per_call(candidate: Clock, reference: Clock) -> float:
     return max(0.0, min(candidate.wall_ms) - reference.overhead_ms) if candidate.wall_ms else 0.0
 
 
+def parent_floor_ms(candidate: Clock, reference: Clock) -> float:
+    """The parent's per-call time of the candidate in the reference's units: the reference's mean report
+    times the ratio of the two least wall times per call. Both walls are the same statistic over the same
+    loop (request to outputs read), overhead included, so nothing noisy is subtracted: where the kernel
+    dominates this is about the candidate's own time; where the loop's overhead dwarfs it (~1 ms around
+    a 5 us kernel on an H100) it is about the reference's, since the clock cannot tell the two apart. The
+    candidate's own least wall minus the reference's overhead (`parent_ms_per_call`) sank to ~0 there,
+    and a report of 0.0001 ms earned a speedup of 905."""
+    if not candidate.wall_ms or not reference.wall_ms or min(reference.wall_ms) <= 0.0:
+        return 0.0
+    return statistics.fmean(reference.reported_ms) * min(candidate.wall_ms) / min(reference.wall_ms)
+
+
 # On a CPU the Triton interpreter's calls take milliseconds, a handful of calls are timed and the
 # machine is shared (the reference's overhead was measured under another load): only a gross
 # disagreement (a forged or skipped call) is meaningful there.
 CPU_RATIO, CPU_SLACK_MS = 4.0, 10.0
+# Share of the reference's per-call overhead (its least wall time per call less its report) added to the
+# flag's slack: two children's loops differ by more than a tenth of it on an H100 (an honest 5 us kernel
+# in a ~1 ms loop was flagged), so a disagreement smaller than this is noise; the figure's floor still acts.
+SLACK_SHARE = 0.5
 
 
 @dataclass
@@ -168,31 +185,32 @@ class TimingCheck:
     kernel_ms: float | None  # the figure a speedup is computed from (None: no usable report)
     consistent: bool
     reason: str = ""
+    clamped: bool = False  # the figure is the parent's floor, not the report
 
 
 def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> TimingCheck:
     """The mean of the reported times, compared with the parent's clock and raised to what that clock allows.
 
     - A report that is not finite and positive for every call is no report.
-    - The parent's estimate of one call: its least wall time per call less the least overhead of the
-      reference doing the same loop (`parent_ms_per_call`). Least, not mean: delays only ever add, and
-      every call's outputs are checked, so the least call still did the whole work.
-    - Flag (inconsistent): that estimate exceeds `ratio` x the smaller of the report's mean and median
-      + slack (a list skewed so that its mean agrees still fails on its median). The slack grows with
-      the reference's overhead, whose noise it covers.
-    - Figure: the mean report (KernelBench's statistic), never below the parent's estimate over `ratio`:
-      work moved out of the window, or a report forged low, gains at most `ratio` over what the parent
-      saw; an honest report is the figure."""
+    - Flag (inconsistent): the parent's estimate of the candidate's own time (its least wall time per
+      call less the reference's least overhead, `parent_ms_per_call`) exceeds `ratio` x the smaller of
+      the report's mean and median + slack (a list skewed so that its mean agrees still fails on its
+      median where the clock resolves it). The slack is `timing_slack_ms` + SLACK_SHARE x the reference's
+      own per-call overhead: the noise between two children's loops scales with that loop.
+    - Figure: the mean report (KernelBench's statistic, the one the baseline is), never below the
+      parent's floor over `ratio` (`parent_floor_ms`): the speedup over the reference is at most `ratio`
+      x the ratio of the two walls, so work moved out of the window, or a report forged low, gains at
+      most `ratio` over what the parent's clock saw however small the kernel; an honest report is the
+      figure unless it claims more than the clock can confirm."""
     rep = candidate.reported_ms
     if not rep or len(candidate.wall_ms) != len(rep) or any(not math.isfinite(x) or x <= 0.0 for x in rep):
         return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
     ratio, slack = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
-    overhead = reference.overhead_ms
-    slack += 0.1 * max(overhead, 0.0)
+    slack += SLACK_SHARE * max(reference.overhead_ms, 0.0)
     parent = parent_ms_per_call(candidate, reference)
     mean_rep, med_rep = statistics.fmean(rep), statistics.median(rep)
     consistent = parent <= ratio * min(mean_rep, med_rep) + slack
-    floor = parent / ratio
+    floor = parent_floor_ms(candidate, reference) / ratio
     reason = "" if consistent else (f"the reported times (mean {mean_rep:.4g}, median {med_rep:.4g} ms per call) "
                                     f"disagree with the evaluator's clock ({parent:.4g} ms per call)")
-    return TimingCheck(max(mean_rep, floor), consistent, reason)
+    return TimingCheck(max(mean_rep, floor), consistent, reason, clamped=floor > mean_rep)

@@ -20,7 +20,7 @@ import torch
 from kforge.evaluator import guard as guard_mod
 from kforge.evaluator import protocol as P
 from kforge.evaluator.arena_writer import ArenaWriter
-from kforge.evaluator.coverage import kernel_coverage
+from kforge.evaluator.coverage import kernel_coverage, kernel_times
 from kforge.evaluator.wire import read_pickle_blocking, send_message
 
 # Bound before any candidate code runs: the loop times and syncs through these.
@@ -192,13 +192,9 @@ class RequestLoop:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             self.call(inputs)
         names = {launch.name for launch in self.guard.launches[start:] if launch.candidate and launch.name}
-        kernel_us: dict[str, float] = {}
-        for ev in prof.key_averages():
-            us = float(getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0) or 0.0)
-            if us > 0 and ev.key:
-                kernel_us[ev.key] = kernel_us.get(ev.key, 0.0) + us
         names |= self.guard.cuda_kernels
-        return {"type": P.PROFILE, "coverage": kernel_coverage(kernel_us, names, self.guard.cuda_namespaces)}
+        cov = kernel_coverage(kernel_times(prof.key_averages()), names, self.guard.cuda_namespaces)
+        return {"type": P.PROFILE, "coverage": cov}
 
     def serve(self) -> None:
         handlers = {P.OP_TRIAL: self.trial, P.OP_WARMUP: self.warmup, P.OP_TIME: self.timed,

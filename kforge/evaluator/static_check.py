@@ -22,6 +22,9 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from kforge.evaluator.hidden_lookup import hidden_lookups
+from kforge.evaluator.native_source import compiler_text
+
 # CPython 3.11's parser keeps recursion bookkeeping that concurrent parses from several threads can
 # corrupt ("AST constructor recursion depth mismatch"); the pool parses from its worker threads.
 _PARSE_LOCK = threading.Lock()
@@ -86,7 +89,8 @@ _FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "f_builtins", "f_co
                           "modules", "_getframe", "settrace", "setprofile", "get_objects", "get_referrers",
                           "cell_contents"})
 _DUNDER_OK = frozenset({"__init__", "__name__", "__call__"})
-_DUNDER_TEXT = re.compile(r"__[A-Za-z]\w*__")  # a dunder name inside any text: `"{0.__globals__}".format(f)`
+# A dunder name inside any text but a docstring or C/CUDA source for load_inline: `"{0.__globals__}".format(f)`.
+_DUNDER_TEXT = re.compile(r"__[A-Za-z]\w*__")
 _TEXT_OK = _DUNDER_OK | {"__main__"}
 _ATTR_FUNCS = ("getattr", "setattr", "hasattr")
 # Methods that run the candidate's code at times the harness does not choose, or intercept torch itself.
@@ -170,6 +174,7 @@ class _CandidateVisitor(ast.NodeVisitor):
         self.banned_lines: set[int] = set()
         self.called: set[int] = set()  # ids of the nodes that are called (a Call's func)
         self.docstrings: set[int] = set()  # ids of the string constants that are statements of their own
+        self.native: set[int] = set()  # ids of the string constants that only reach load_inline (C/CUDA source)
         self.in_kernel = 0
         self.class_stack: list[str] = []
         self.func_stack: list[str] = []
@@ -318,7 +323,7 @@ class _CandidateVisitor(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and node.value in _HOOK_METHODS:
             self._ban(f"the name `{node.value}` as text (a hook set up at run time)", node)
-        elif isinstance(node.value, str) and id(node) not in self.docstrings:
+        elif isinstance(node.value, str) and id(node) not in self.docstrings and id(node) not in self.native:
             hidden = [d for d in _DUNDER_TEXT.findall(node.value) if d not in _TEXT_OK]
             if hidden:  # whatever looks it up (a helper, a format string) reaches what `.{hidden}` would
                 self._ban(f"the name `{hidden[0]}` as text", node)
@@ -344,6 +349,10 @@ class _CandidateVisitor(ast.NodeVisitor):
         if isinstance(node.ctx, ast.Load) and not self.in_kernel and not self._in_init():
             self._flag_op(f"{base}.{attr}" if base else attr)
         self.generic_visit(node)
+
+
+def _hidden_attr(attr: str) -> bool:
+    return (attr.startswith("__") and attr.endswith("__") and attr not in _DUNDER_OK) or attr in _FRAME_ATTRS
 
 
 def import_aliases(tree: ast.Module) -> dict[str, str]:
@@ -374,7 +383,10 @@ def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
     visitor.called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     visitor.docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
                           and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+    visitor.native = compiler_text(tree, lambda f: _resolve(_dotted(f), visitor.aliases))
     visitor.visit(tree)
+    for what, node in hidden_lookups(tree, lambda f: _resolve(_dotted(f), visitor.aliases), _hidden_attr):
+        visitor._ban(what, node)
     rep = visitor.report
     rep.flags = sorted(set(rep.flags))
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):

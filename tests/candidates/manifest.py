@@ -168,9 +168,30 @@ class Attack:
     # The item of the README's threat model it attacks (1: who answers the parent's samples, 2: laundering
     # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category).
     item: int = 0
+    # What a GPU run must give instead, per mode, where the GPU legitimately differs (never `correct`
+    # without a flag where the CPU's expectation is not).
+    gpu: dict[str, str] = field(default_factory=dict)
 
     def code(self) -> str:
         return (HERE / "attacks" / self.file).read_text()
+
+    def want(self, mode: str, on_gpu: bool) -> str:
+        return self.gpu.get(mode, self.expect[mode]) if on_gpu else self.expect[mode]
+
+
+RATIO = 2.0  # EvaluatorConfig.timing_ratio's default, which every corpus run uses
+
+
+def _has(verdict, flag: str) -> bool:
+    """A flag, or one of two findings about the timing figure that are not flags (they void no reward):
+    `clamped`: the figure is the parent's clock's floor, not the report (judge.check_timing);
+    `bounded`: the speedup is at most RATIO x what the parent's clock saw (the two least walls per call)."""
+    if flag == "clamped":
+        return bool(verdict.details.get("timing_clamped"))
+    if flag == "bounded":
+        seen = verdict.details.get("clock_speedup")
+        return verdict.speedup is not None and seen is not None and verdict.speedup <= RATIO * seen * 1.001
+    return flag in verdict.flags
 
 
 def matches(want: str, verdict) -> bool:
@@ -180,15 +201,17 @@ def matches(want: str, verdict) -> bool:
     if want == "rejected":
         return not verdict.correct
     status, *flags = want.split("+")
-    return (verdict.status.value == status and all(f in verdict.flags for f in flags)
+    return (verdict.status.value == status and all(_has(verdict, f) for f in flags)
             and (bool(flags) or status != "correct" or verdict.correct))
 
 
 ATTACKS = [
     Attack("forged_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
-           "the parent's clock around each timed call disagrees with the forged report", item=3),
+           "the parent's clock around each timed call disagrees with the forged report; on a GPU, where a tiny kernel is lost in the loop's ~1 ms overhead, the clock cannot flag it: the figure is then its floor (`clamped`: at most RATIO x the speedup the parent's clock saw)", item=3,
+           gpu={"bare": "correct+timing_inconsistent|correct+clamped"}),
     Attack("skip_timed_calls.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
-           "computing outputs only when they are copied out still runs on the parent's clock", item=3),
+           "computing outputs only when they are copied out still runs on the parent's clock; on a GPU, where a tiny kernel is lost in the loop's ~1 ms overhead, the clock cannot flag it: the figure is then its floor (`clamped`: at most RATIO x the speedup the parent's clock saw)",
+           item=3, gpu={"bare": "correct+timing_inconsistent|correct+clamped"}),
     Attack("chosen_trials.py", {"all": "static_check_failed", "bare": "rejected"},
            "the parent picks the order: an answer to a trial not asked ends the child (crashed, protocol_violation); "
            "when the signed trial comes first, the copy is simply incorrect"),
@@ -229,7 +252,10 @@ ATTACKS = [
                                  "no_static": "correct+patched:triton.runtime.jit.JITFunction.run",
                                  "bare": "correct+patched:triton.runtime.jit.JITFunction.run"},
            "CPython audits no plain class-attribute assignment: the static check stops it, the identity "
-           "check after each trial reports it"),
+           "check after each trial reports it. On a GPU the no-op launcher really skips the kernel (the "
+           "interpreter launches through another class): its outputs are never written, `incorrect`",
+           gpu={m: "incorrect+patched:triton.runtime.jit.JITFunction.run|correct+patched:triton.runtime.jit."
+                   "JITFunction.run" for m in ("no_static", "bare")}),
     # One per item of the threat model (`item`). Under the old harness (the parent asked the child for values at
     # its positions, timing by median, no decoy trial, children as root) each got `correct` with no flag
     # in at least one of these modes.
@@ -254,7 +280,9 @@ ATTACKS = [
            "a dataclass default factory calls gc.get_objects from a `<string>` frame: such frames are the candidate's",
            item=2),
     Attack("skewed_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
-           "a report whose mean agrees and median does not: both are compared, the mean is the figure", item=3),
+           "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
+           "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "
+           "the clock", item=3, gpu={"bare": "correct+timing_inconsistent|correct+bounded"}),
     Attack("nonpositive_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "negative reported times are no report", item=3),
     Attack("alias_op.py", {"all": "correct+pytorch_op:relu", "no_static": "correct+kernel_not_needed",
@@ -280,6 +308,10 @@ ATTACKS = [
            "whose launch record it forges and whose decoy switch it reads. Banned in source (attrgetter, "
            "methodcaller, dunder names as text, getattr as a value, cell_contents); with the static check off "
            "it is `correct` (the in-process layers are evidence: on a GPU its coverage is 0)", item=4),
+    Attack("closure_match.py", {"all": "static_check_failed", "no_static": "correct", "bare": "correct"},
+           "closure_guard.py with class patterns instead of text (`case object(__closure__=cells)`): banned in "
+           "source (a class pattern's keywords are lookups like any `.name`); without the static check, as "
+           "closure_guard.py", item=4),
     Attack("decoy_canary.py", {"all": "correct"},
            "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
            "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "

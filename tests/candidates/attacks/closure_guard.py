@@ -20,8 +20,14 @@ def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):  # defined for the static
     tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
 
 
+def _launchers():
+    yield triton.runtime.jit.JITFunction
+    if hasattr(triton.runtime, "interpreter"):  # imported only under TRITON_INTERPRET (a CPU run)
+        yield triton.runtime.interpreter.InterpretedFunction
+
+
 def _find_guard():
-    for cls in (triton.runtime.jit.JITFunction, triton.runtime.interpreter.InterpretedFunction):
+    for cls in _launchers():
         for cell in operator.attrgetter("__closure__")(cls.run) or ():
             if hasattr(cell.cell_contents, "ablate"):
                 return cell.cell_contents

@@ -2,8 +2,8 @@
 # The judge on a GPU, one section per argument (each log in $OUT/<section>.log, one line per section in
 # $OUT/summary.txt). Run from the repo root after bench/device/prepare.sh; KernelBench's problems and
 # baselines are read from .evalcarry/ (carried into the GPU machine).
-#   bash bench/device/judge.sh issue22            # attack corpus + coverage, then 6 full-size level-1 kernels:
-#                                                 # time limits 340 s + 230 s, so it fits one 10-minute call
+#   bash bench/device/judge.sh corpus             # attack corpus + coverage: ~6-9 min on an H100, one call alone
+#   bash bench/device/judge.sh full6              # 6 full-size level-1 kernels: ~1 min
 #   bash bench/device/judge.sh corpus full6 ab6 throughput baseline
 # Sections:
 #   corpus      every candidate and attack of tests/candidates in every layer mode, and GPU-time coverage
@@ -28,8 +28,7 @@ run() {  # name, seconds, command...
 }
 for s in "$@"; do
   case "$s" in
-    issue22) bash "$0" corpus full6; exit $? ;;
-    corpus) run corpus 340 python3 bench/gpu_evaluator_corpus.py --cache-dir /tmp/kc-corpus
+    corpus) run corpus 540 python3 bench/gpu_evaluator_corpus.py --cache-dir /tmp/kc-corpus
             grep -E "MISMATCH|as expected|coverage/" "$OUT/corpus.log" | cut -c1-220 ;;
     full6) run full6 230 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --only $FULL6 \
              --timing-trials 100 --cache-dir /tmp/kc-full6
@@ -44,7 +43,7 @@ for s in "$@"; do
     baseline) run baseline_l1 "${BASELINE_S:-300}" python3 -m kforge problems baseline --level 1 --source $KB \
                 --out "$OUT/baseline_l1.json"
               tail -n 5 "$OUT/baseline_l1.log" ;;
-    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, issue22)" ;;
+    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline)" ;;
   esac
 done
 cat "$OUT/summary.txt"

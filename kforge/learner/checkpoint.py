@@ -44,6 +44,19 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(old)
 
 
+STATE_FILE = "trainer_state.pt"  # optimizer, scheduler, RNG states and counters, beside adapter/
+
+
+def read_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """A learner checkpoint's folder and the state `STATE_FILE` holds (LearnerError: not a learner checkpoint)."""
+    from kforge.learner.lora import LearnerError
+
+    folder = resolve_checkpoint(path)
+    if not (folder / STATE_FILE).is_file():
+        raise LearnerError(f"checkpoint {path}: no {STATE_FILE} there; is it a learner checkpoint folder?")
+    return folder, torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """``path``, or its ``.old`` twin when a crash interrupted the swap."""
     path = Path(path)

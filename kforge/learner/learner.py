@@ -75,7 +75,6 @@ if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
 
 log = logging.getLogger("kforge.learner")
 
-STATE_FILE = "trainer_state.pt"
 # Every key of train_step's metrics, in log order.
 METRIC_KEYS = (
     "loss", "kl", "entropy", "clip_fraction", "is_ratio_mean", "is_ratio_max", "is_clip_fraction",
@@ -383,18 +382,14 @@ class Learner:
         }
         with ckpt.atomic_folder(path) as tmp:
             self.model.save_pretrained(str(tmp / "adapter"), safe_serialization=True, selected_adapters=[self.adapter])
-            torch.save(state, tmp / STATE_FILE)
+            torch.save(state, tmp / ckpt.STATE_FILE)
             meta = {"version": self.version, "optimizer_steps": self.optimizer_steps, "loss_fn": self.cfg.learner.loss_fn}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore what ``save_checkpoint`` wrote: the next train_step then matches an uninterrupted run."""
-        folder = ckpt.resolve_checkpoint(path)
-        state_file = folder / STATE_FILE
-        if not state_file.is_file():
-            raise LearnerError(f"checkpoint {path}: no {STATE_FILE} there; is it a learner checkpoint folder?")
+        folder, state = ckpt.read_state(path)
         load_adapter_weights(self.model, folder / "adapter")
-        state = torch.load(state_file, map_location="cpu", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"])

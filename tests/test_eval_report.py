@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from kforge.eval.report import FAST_PS, SampleOutcome, fast_key, pass_at_k, summarize, summary_keys
-from kforge.eval.runner import compare, parse_id_range
+from kforge.eval.compare import rows as compare_rows
+from kforge.eval.runner import parse_id_range
 from kforge.evaluator.verdict import Status, Verdict
 
 
@@ -113,7 +114,7 @@ def test_id_ranges():
 def test_compare_files(tmp_path):
     a = {"summary": {"overall": {"fast_1": 0.25, "n_problems": 4, "timed": True}}}
     b = {"summary": {"overall": {"fast_1": 0.5, "n_problems": 4, "timed": True}}}
-    rows = {(g, k): d for g, k, _, _, d in compare(a, b)}
+    rows = {(g, k): d for g, k, _, _, d in compare_rows(a["summary"], b["summary"])}
     assert rows[("overall", "fast_1")] == pytest.approx(0.25)
     assert rows[("overall", "n_problems")] == 0
     fa, fb = tmp_path / "a.json", tmp_path / "b.json"

@@ -247,15 +247,3 @@ class EvalRun:
         asyncio.run(main())
         self.write()
         return self.summary()
-
-
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, Any, Any, float | None]]:
-    """(group, metric, A, B, B - A) for every numeric summary entry both files have."""
-    rows = []
-    for group in sorted(set(a["summary"]) | set(b["summary"]), key=lambda g: (g != "overall", g)):
-        sa, sb = a["summary"].get(group, {}), b["summary"].get(group, {})
-        for key in sorted(set(sa) | set(sb)):
-            va, vb = sa.get(key), sb.get(key)
-            num = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
-            rows.append((group, key, va, vb, (vb - va) if num else None))
-    return rows

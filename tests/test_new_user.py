@@ -111,6 +111,45 @@ def test_a_failed_start_can_be_retried_under_the_same_name(tmp_path):
     assert again.returncode == 2 and "--resume" not in again.stderr and "missing.jsonl" in again.stderr
 
 
+@pytest.mark.parametrize("made_by", ["export", "user_data", "foreign_status", "failed_start_plus_user_file"])
+def test_train_never_deletes_a_folder_kforge_did_not_mark_as_a_failed_start(tmp_path, made_by):
+    """An exported adapter, a user's data folder, a status.json that is not a failed kforge start, or a failed
+    start holding a file of the user's: `train --name` refuses in one line and every file survives."""
+    folder = tmp_path / "r"
+    folder.mkdir()
+    if made_by == "export":
+        (folder / "adapter_model.safetensors").write_bytes(b"weights")
+        (folder / "adapter_config.json").write_text("{}")
+    elif made_by == "user_data":
+        (folder / "results.csv").write_text("a,b\n1,2\n")
+    elif made_by == "foreign_status":
+        (folder / "status.json").write_text(json.dumps({"status": "failed"}))  # no start kforge recorded
+    else:
+        first = kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain",
+                       f"dataset.source={tmp_path / 'missing.jsonl'}")
+        assert first.returncode == 2 and (folder / "status.json").exists()
+        (folder / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain"))
+    assert str(folder) in line and "already exists" in line
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_train_refuses_a_run_name_that_is_a_file(tmp_path):
+    (tmp_path / "r").write_text("not a folder")
+    line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain"))
+    assert "is a file" in line and (tmp_path / "r").read_text() == "not a folder"
+
+
+def test_every_plot_the_trainer_writes_is_a_name_a_run_folder_may_hold():
+    from kforge.runs.folder import written_by_run
+    from kforge.train.plots import CURVES
+
+    assert all(written_by_run(name) for name in CURVES)
+    assert written_by_run(".status.json.tmp123") and written_by_run("metrics.jsonl.torn")
+    assert not written_by_run("results.csv") and not written_by_run(".results.csv.tmp1")
+
+
 def test_doctor_reads_the_index_rag_build_writes(tmp_path):
     faiss = pytest.importorskip("faiss")
     from kforge.ops import doctor_data as dr

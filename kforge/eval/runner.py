@@ -223,7 +223,7 @@ class EvalRun:
 
             # Samples are recorded per batch of problems so an interruption keeps finished batches. An engine that
             # batches requests itself (vLLM) gets them all at once: in hf-sized chunks it sat idle while each
-            # chunk's verdicts came back (a 120-sample gate took 25 min instead of 2 on an H200).
+            # chunk's verdicts came back (on an H200 a 120-sample gate did 20 samples in 4.5 min; all at once, 120 in 2).
             chunk = len(jobs) if getattr(backend, "concurrent", False) else max(1, self.cfg.rollout.hf_batch_size)
             for start in range(0, len(jobs), chunk):
                 rollouts = await runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)

@@ -112,13 +112,20 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+# psutil derives a start time from the boot time and the process's start ticks: the same process reads
+# the same value again, within clock-tick rounding.
+START_TIME_SLACK_S = 1.0
+
+
 def pid_alive(pid: int | None, started: float | None = None) -> bool:
-    """Is this pid still the process that wrote the status (not a recycled pid)?"""
+    """Is this pid still the process that wrote the status? With `started` (the recorded start time), only
+    a process that started then: a recycled pid, or a folder copied from another machine of the same host
+    name, holds a pid that started at another time, earlier or later."""
     if not pid:
         return False
     try:
         proc = psutil.Process(pid)
-        if started is not None and proc.create_time() > started + 5:
+        if started is not None and abs(proc.create_time() - float(started)) > START_TIME_SLACK_S:
             return False
         return proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):

@@ -19,6 +19,7 @@ import psutil
 
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
+CONFIG_HISTORY_FILE = "config_history.jsonl"  # what each resume changed in config.yaml, and by which layer
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOG_FILE = "logs.log"
@@ -32,7 +33,7 @@ ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the 
 SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
 # Every name kforge writes at the top of a run folder (the roles' logs, the metric writers' and the plots'
 # outputs too): a folder holding anything else is never reused.
-RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE, STOP_FILE,
+RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE, STOP_FILE,
                          CHECKPOINTS_DIR, ADAPTERS_DIR, SAMPLES_DIR, "learner.log", "rollout.log", "tensorboard",
                          "wandb_id", "reward.png", "correctness.png", "speedup.png"})
 
@@ -204,6 +205,14 @@ class RunFolder:
         return status
 
     # -- records --------------------------------------------------------------------------------------
+    def record_config(self, config_yaml: str, record: dict[str, Any]) -> None:
+        """A change of settings: first its record in config_history.jsonl, then config.yaml as it now is."""
+        append_jsonl(self.path / CONFIG_HISTORY_FILE, {"time": time.time(), **record})
+        atomic_write_text(self.config_path, config_yaml)
+
+    def config_history(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path / CONFIG_HISTORY_FILE)
+
     def log_metrics(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / METRICS_FILE, record)
 

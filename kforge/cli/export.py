@@ -30,6 +30,8 @@ def export(
         raise fail(f"--dtype {dtype}: give bfloat16, float16 or float32")
     try:
         src = locate_source(source, runs_dir, step)
+        for line in src.skipped:
+            console.print(f"warning: {line}; using step {src.step}", highlight=False, soft_wrap=True)
         console.print(f"exporting {src.describe()}", highlight=False, soft_wrap=True)
         if merge:
             export_merged(src, out, force=force, dtype=dtype, device=device)

@@ -53,6 +53,7 @@ class EvalPlan:
     out: Path
     meta: dict[str, Any]
     samples: int
+    skipped: list[str] = field(default_factory=list)  # a run's newer checkpoints that cannot be used
 
     def make_run(self) -> Any:
         from kforge.eval.runner import EvalRun
@@ -103,11 +104,11 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     if req.split is not None and req.split not in SPLITS:
         raise EvalSetupError(f"--split {req.split!r}: expected one of {', '.join(SPLITS)}")
     try:
-        target, run_config = None, None
+        target, run_config, skipped = None, None, []
         if req.candidates is None:
             if not req.target:
                 raise EvalSetupError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
-            _require_run_config(req.target, req.runs_dir, req.step)
+            skipped = _require_run_config(req.target, req.runs_dir, req.step)
             target, run_config = resolve_target(req.target, req.runs_dir, req.step)
         preset = None if run_config else req.preset
         base = config_file = req.config or run_config
@@ -142,16 +143,16 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     from kforge.eval.meta import describe
 
     meta = {**describe(cfg, split, selected, trained, devices, blocked), "selection": selection}
-    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples)
+    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples, skipped)
 
 
-def _require_run_config(spec: str, runs_dir: str, step: int | None) -> None:
+def _require_run_config(spec: str, runs_dir: str, step: int | None) -> list[str]:
     """A run folder without its config.yaml would be evaluated with bare defaults (another context
-    length, no held-out split): refuse instead."""
+    length, no held-out split): refuse instead. Returns the newer checkpoints that cannot be used."""
     from kforge.runs.locate import LocateError, is_run_or_adapter, locate
 
     if not is_run_or_adapter(spec, runs_dir):
-        return
+        return []
     try:
         found = locate(spec, runs_dir, step)
     except LocateError as exc:
@@ -160,6 +161,7 @@ def _require_run_config(spec: str, runs_dir: str, step: int | None) -> None:
         raise EvalSetupError(f"{found.run.config_path} is missing: the run's model, context length and held-out "
                              "split are unknown without it; restore it, or evaluate the adapter folder "
                              f"{found.adapter_dir} with --preset and --split all")
+    return [f"{line}; using step {found.step}" for line in found.skipped]
 
 
 def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: str) -> Path:

@@ -31,13 +31,30 @@ def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
     try:
         trainer = Trainer(cfg, run, plan, train_set, test_set, parts)
         if resume:
-            last = run.last_checkpoint()
-            if last is not None:
-                trainer.restore(run.path / last["path"])
+            restore_newest(trainer, run, say)
         return trainer
     except BaseException:
         parts.close()
         raise
+
+
+def restore_newest(trainer: Trainer, run: RunFolder, say: Callable[[str], None]) -> None:
+    """The newest checkpoint that loads: its files were checked by format already, but bytes flipped inside
+    a file show only when it is read; each one that fails is named and the one before it tried."""
+    tried = []
+    for ckpt in run.usable_checkpoints():
+        try:
+            trainer.restore(ckpt)
+            return
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            if not getattr(trainer.parts.learner, "alive", lambda: True)():
+                raise  # the learner process died: no other checkpoint would fare better
+            tried.append(ckpt.name)
+            say(f"warning: cannot resume from {ckpt}: {(str(exc).splitlines() or [''])[0]}; trying the one before it")
+    damaged = run.damaged_checkpoints()
+    if tried or damaged:
+        raise SetupError(f"no checkpoint of run {run.name} can be resumed from"
+                         + (f" (tried {', '.join(tried)})" if tried else f": {damaged[0]}"))
 
 
 def split(cfg: KforgeConfig) -> tuple[list, list]:

@@ -14,6 +14,7 @@ from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.config.loader import ConfigError, config_changes, resolve, to_yaml
 from kforge.runs.folder import (CHECKPOINTS_FILE, METRICS_FILE, STATUS_FILE, RunFolder, atomic_write_text,
                                 drop_torn_line, find_run)
+from kforge.space import UnwritableFolder, check_writable, write_failure
 from kforge.ui.console import console, fail, setup_logging
 
 log = logging.getLogger("kforge.train")
@@ -118,6 +119,10 @@ def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str]):
                       f"kforge train --resume {run.name} --max-steps {done + max(1, done)}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(0)
+    try:
+        check_writable(run.path, "run folder")
+    except UnwritableFolder as exc:
+        raise fail(str(exc)) from None
     for line in run.damaged_checkpoints():
         console.print(f"warning: {line}; resuming from an earlier checkpoint", highlight=False, soft_wrap=True)
     for name in (METRICS_FILE, CHECKPOINTS_FILE):
@@ -194,9 +199,17 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         if run.read_status().get("status") != "stopped":  # interrupted before the loop could say so
             run.set_status("stopped", stopped_by="signal")
     except Exception as exc:
-        log.exception("run failed")
-        if run.read_status().get("status") != "failed":
-            run.set_status("failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        why = write_failure(exc)
+        if why:  # a full disk or a folder made read-only during the run: one line, not a traceback
+            why = f"{why}; free space or fix its rights there, then kforge train --resume {run.path}"
+            log.error("%s", why)
+        else:
+            log.exception("run failed")
+        try:
+            if why or run.read_status().get("status") != "failed":
+                run.set_status("failed", error=why or f"{type(exc).__name__}: {exc}"[:500])
+        except OSError as status_exc:
+            log.error("%s", write_failure(status_exc) or status_exc)
         status = "failed"
     finally:
         if trainer is not None:
@@ -207,4 +220,6 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         write_plots(run)
     except ImportError:
         log.info("matplotlib not installed: no PNG plots (pip install 'kforge[plots]')")
+    except OSError as exc:
+        log.warning("no PNG plots: %s", write_failure(exc) or exc)
     return status

@@ -136,6 +136,13 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     selection = {"target": what, "target_path": target_identity(req.candidates, target), "split": split,
                  "problems": sorted(p.key for p in selected),
                  "generation": generation_settings(cfg, req.samples) if req.candidates is None else None}
+    if not req.dry_run:
+        from kforge.space import UnwritableFolder, check_writable
+
+        try:
+            check_writable(out.parent, f"results file {out}: its folder")
+        except UnwritableFolder as exc:
+            raise EvalSetupError(str(exc)) from None
     if out.exists() and not req.dry_run:
         if not req.resume:
             raise EvalSetupError(f"{out} exists; pass --resume to continue it or --out to write elsewhere")

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 import torch
 
+from kforge.space import refused_write
+
 
 @contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
@@ -30,8 +32,13 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         _fsync_tree(tmp)
-    except BaseException:
+    except BaseException as exc:
+        # safetensors and torch report a full disk in their own exception types: an OSError naming the
+        # folder instead, found before the temp folder gives its room back.
+        refused = refused_write(exc, path.parent) if isinstance(exc, Exception) else None
         shutil.rmtree(tmp, ignore_errors=True)
+        if refused is not None:
+            raise refused from exc
         raise
     old = path.parent / f"{path.name}.old"
     if path.exists():

@@ -19,6 +19,7 @@ import psutil
 
 from kforge.runs.checkpoints import (CHECKPOINTS_DIR, CKPT_PREFIX, LEARNER_DIR, TRAINER_STATE,  # noqa: F401
                                      checkpoint_damage, checkpoint_step, read_trainer_state)
+from kforge.space import check_writable, refused_write
 
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
@@ -47,11 +48,15 @@ def written_by_run(name: str) -> bool:
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the old file, and no temp beside it
+        raise
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -146,6 +151,7 @@ class RunFolder:
         path = Path(runs_dir) / name
         if path.exists() and not path.is_dir():
             raise FileExistsError(f"{path} is a file, not a run folder; pick another --name or --runs-dir")
+        check_writable(path, "run folder")  # before anything is made or removed
         if path.exists() and any(path.iterdir()):
             run = cls(path)
             if not run.never_stepped():
@@ -267,13 +273,20 @@ class RunFolder:
         final = root / f"{CKPT_PREFIX}{step:06d}"
         tmp = root / f".tmp_{CKPT_PREFIX}{step:06d}_{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        write_learner(tmp / LEARNER_DIR)
-        atomic_write_text(tmp / TRAINER_STATE, json.dumps({**state, "step": step, "reason": reason,
-                                                           "time": time.time()}, indent=2))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        try:
+            tmp.mkdir()
+            write_learner(tmp / LEARNER_DIR)
+            atomic_write_text(tmp / TRAINER_STATE, json.dumps({**state, "step": step, "reason": reason,
+                                                               "time": time.time()}, indent=2))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException as exc:
+            refused = refused_write(exc, root) if isinstance(exc, Exception) else None
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk must not stay full of half a checkpoint
+            if refused is not None:  # named by the checkpoints folder, not the temp one just removed
+                raise OSError(refused.errno, refused.strerror, str(root)) from exc
+            raise
         rel = final.relative_to(self.path)
         self.log_checkpoint({"step": step, "path": str(rel), "adapter": str(rel / LEARNER_DIR), "reason": reason,
                              "time": time.time()})

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 # A write that failed for want of room or rights, not because of a bug: worth one line, not a traceback.
-WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST}
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 PROBE_BYTES = 4096  # one block: on a full disk the write itself fails, not only the file's creation
 
 

@@ -47,9 +47,9 @@ def train(
     except PlacementError as exc:  # before any folder is made: a typo leaves nothing behind
         raise fail(str(exc)) from None
     if resume and (preset or config):
-        raise fail(f"--resume continues {resume} with its own config.yaml; drop {'--preset' if preset else '--config'} "
-                   "(change single settings with key=value, recorded in the run's config_history.jsonl), "
-                   "or start a new run with --name")
+        flag = "--preset" if preset else "--config"
+        raise fail(f"--resume continues {resume} with its own config.yaml; drop {flag} (change single settings "
+                   "with key=value, recorded in the run's config_history.jsonl), or start a new run with --name")
     changes: dict = {}
     if resume:
         run, resolved, changes = _resume_target(resume, runs_dir, extra)

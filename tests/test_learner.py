@@ -637,3 +637,32 @@ def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
     assert calls["oom"] == 1 and metrics["oom_retries"] == 1.0
     assert metrics["clip_fraction"] == 0.0
     assert metrics["grad_norm"] > 0  # dropout is active in the update
+
+
+class _Planted:
+    """What a shared run folder could hold instead of a learner state: unpickling it touches a file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_the_learner_state_is_plain_data_and_a_planted_pickle_is_refused(tmp_path: Path):
+    from kforge.learner.checkpoint import STATE_FILE
+
+    learner = Learner(tiny_cfg(warmup_steps=0, learning_rate=5e-2), model=tiny_model())
+    learner.train_step(some_samples())
+    learner.save_checkpoint(tmp_path / "ckpt")
+    state = torch.load(tmp_path / "ckpt" / STATE_FILE, map_location="cpu", weights_only=True)
+    assert state["version"] == learner.version and "numpy" in state["rng"]
+
+    marker = tmp_path / "unpickled"
+    torch.save({**state, "rng": _Planted(marker)}, tmp_path / "ckpt" / STATE_FILE)
+    with pytest.raises(LearnerError, match=f"{STATE_FILE} cannot be loaded as plain data"):
+        Learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")
+    assert not marker.exists()
+    (tmp_path / "ckpt" / STATE_FILE).write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(LearnerError, match=f"ckpt/{STATE_FILE} cannot be loaded"):
+        Learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")

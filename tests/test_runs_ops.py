@@ -298,3 +298,29 @@ def test_stop_and_rm_need_an_existing_run(tmp_path):
     for args in (("stop", "ghost"), ("rm", "ghost", "--yes"), ("logs", "ghost"), ("watch", "ghost", "--once")):
         res = cli("runs", *args, "--runs-dir", tmp_path / "runs")
         assert res.exit_code == 2 and "no run 'ghost'" in res.stderr
+
+
+def test_stop_now_signals_only_the_process_that_started_when_the_run_says(tmp_path):
+    """A run folder copied from another machine with the same host name: its pid is some other process here."""
+    import socket
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run = RunFolder.create(tmp_path, "copied", "{}\n")
+        born = psutil.Process(other.pid).create_time()
+        for recorded in (born + 3600, born - 3600, None):
+            status = {"status": "running", "pid": other.pid, "host": socket.gethostname(), "started": born}
+            if recorded is not None:
+                status["pid_started"] = recorded
+            (run.path / "status.json").write_text(json.dumps(status))
+            res = cli("runs", "stop", "copied", "--now", "--grace", "1", "--runs-dir", tmp_path)
+            assert res.exit_code == 1, res.output
+            assert ("not running" if recorded is not None else "not when that process started") in res.stderr
+            assert other.poll() is None, "an unrelated process was signalled"
+        assert run.effective_status() == "running"  # no start time recorded: the pid alone cannot be judged
+        status["pid_started"] = born + 3600
+        (run.path / "status.json").write_text(json.dumps(status))
+        assert run.effective_status() == "crashed"
+    finally:
+        other.kill()
+        other.wait()

@@ -10,8 +10,8 @@ from kforge.config.loader import resolve, to_yaml
 from kforge.runs.folder import RunFolder, append_jsonl
 
 
-def _train(*args):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _train(*args, env=None):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "kforge", "train", *args], capture_output=True, text=True,
                           timeout=120, env=env)
 
@@ -79,6 +79,47 @@ def test_resuming_a_finished_run_writes_nothing(tmp_path):
 
 def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
     run = _run(tmp_path, "finished", 3, f"dataset.source={tmp_path / 'gone.jsonl'}")
+    config = run.config_path.read_bytes()
     res = _train("--resume", str(run.path), "--max-steps", "5")
     assert res.returncode == 2 and "gone.jsonl" in res.stderr
     assert run.read_status()["status"] == "finished" and "error" not in run.read_status()
+    assert run.config_path.read_bytes() == config  # the settings it tried are not left as the run's
+    tried, undone = run.config_history()
+    assert tried["changes"]["max_steps"]["to"] == 5 and undone["event"] == "undone"
+
+
+def test_resume_refuses_another_config_or_preset_in_one_line(tmp_path):
+    run = _run(tmp_path, "crashed", 2)
+    before = _snapshot(run.path)
+    for flag in (["--config", str(tmp_path / "no-such.yaml")], ["--preset", "kevin"]):
+        res = _train("--resume", str(run.path), *flag)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stdout + res.stderr
+        assert flag[0] in res.stderr and "key=value" in res.stderr
+    assert _snapshot(run.path) == before
+
+
+def test_a_finished_run_with_nothing_to_do_is_untouched_whatever_the_overrides(tmp_path):
+    run = _run(tmp_path, "finished", 3)
+    before = _snapshot(run.path)
+    for args in (["rollout.max_tokens=64"], ["--max-steps", "2", "learner.learning_rate=1e-3"]):
+        res = _train("--resume", str(run.path), *args, env={"KFORGE_ROLLOUT__TEMPERATURE": "0.3"})
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert "finished at step 3" in res.stdout
+    assert _snapshot(run.path) == before
+
+
+def test_settings_changed_on_resume_are_recorded_and_logged(tmp_path):
+    run = _run(tmp_path, "crashed", 2, f"dataset.source={tmp_path / 'gone.jsonl'}")
+    was = run.config_path.read_text()
+    res = _train("--resume", str(run.path), "rollout.max_tokens=64", env={"KFORGE_ROLLOUT__TOP_K": "5"})
+    assert res.returncode == 2 and "gone.jsonl" in res.stderr  # the set-up then fails for its own reason
+    [entry] = run.config_history()
+    assert entry["event"] == "resume" and entry["after_step"] == 2
+    assert entry["changes"] == {"rollout.max_tokens": {"from": 96, "to": 64, "by": "command line"},
+                                "rollout.top_k": {"from": -1, "to": 5, "by": "env"}}
+    now = resolve(None, run.config_path, [], environ={}).config
+    assert now.rollout.max_tokens == 64 and now.rollout.top_k == 5 and run.config_path.read_text() != was
+    log = (run.path / "logs.log").read_text()
+    assert "changes rollout.max_tokens: 96 -> 64 (from command line)" in log and "rollout.top_k" in log
+    res = _train("--resume", str(run.path), "rollout.max_tokens=64", env={"KFORGE_ROLLOUT__TOP_K": "5"})
+    assert len(run.config_history()) == 1  # the same settings again change nothing

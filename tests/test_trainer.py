@@ -246,3 +246,38 @@ def test_the_learner_takes_the_runs_sampling_record(tmp_path, tiny_model_dir):
         assert parts.backend is parts.runner.backend and parts.shares_model
     finally:
         parts.close()
+
+
+def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(tmp_path):
+    """A learner state that passes the format checks (a whole zip) but is not plain data: resume names it,
+    does not unpickle it, and continues from the checkpoint before; when none loads, set-up fails in one line."""
+    import torch
+    from test_learner import _Planted, tiny_cfg, tiny_model
+
+    from kforge.learner.checkpoint import STATE_FILE
+    from kforge.learner.learner import Learner
+    from kforge.train.build import SetupError, restore_newest
+
+    cfg = tiny_cfg()
+    cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
+    trainer = make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model()), FakePool())
+    run = trainer.run
+    for step in (1, 2):
+        trainer.step = trainer.parts.learner.version = step
+        trainer.save_checkpoint("scheduled")
+    marker = tmp_path / "unpickled"
+    planted = run.path / "checkpoints" / "step_000002" / "learner" / STATE_FILE
+    torch.save({"rng": _Planted(marker)}, planted)
+    assert run.last_checkpoint()["step"] == 2  # a whole file: only loading it shows what it holds
+
+    said = []
+    fresh = make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model(1)), FakePool(), run=run)
+    restore_newest(fresh, run, said.append)
+    assert fresh.step == 1 and fresh.parts.learner.version == 1 and not marker.exists()
+    assert len(said) == 1 and str(planted) in said[0] and "trying the one before it" in said[0]
+
+    torch.save({"rng": _Planted(marker)}, run.path / "checkpoints" / "step_000001" / "learner" / STATE_FILE)
+    with pytest.raises(SetupError, match="no checkpoint of run r can be resumed from"):
+        restore_newest(make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model(2)), FakePool(), run=run), run,
+                       said.append)
+    assert not marker.exists()

@@ -98,6 +98,8 @@ def evaluate(
         raise fail(str(exc)) from None
     if plan.target is not None:
         _check_model(plan.target.model)
+    for line in plan.skipped:
+        _say(f"warning: {line}")
     for _, why in plan.blocked:
         _say(f"skipped: {why}")
     what = (f"{len(plan.given)} given kernels" if plan.given is not None
@@ -117,6 +119,7 @@ def _run(plan, resume: bool) -> None:
 
     from kforge.eval.meta import split_summaries
     from kforge.eval.runner import EvalTargetError
+    from kforge.space import write_failure
 
     run = plan.make_run()
     if resume and plan.out.exists():
@@ -141,6 +144,12 @@ def _run(plan, resume: bool) -> None:
         except KeyboardInterrupt:
             run.write()
             raise fail(f"interrupted; finished samples are in {plan.out} (continue with --resume)", code=130) from None
+        except OSError as exc:
+            why = write_failure(exc)
+            if why is None:
+                raise
+            raise fail(f"{why}; the samples written before are in {plan.out}: free space there, then continue "
+                       "with --resume", code=1) from None
     by_split = split_summaries(plan.out, plan.meta, run)
     print_summary(summary, f"kforge eval · {plan.out} · {plan.meta['split']['label']}")
     for name, part in by_split.items():

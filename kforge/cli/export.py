@@ -25,18 +25,27 @@ def export(
     model with the adapter merged in (safetensors, tokenizer, generation config) for transformers or vLLM."""
     from kforge.modelio import ModelLoadError
     from kforge.ops.export import ExportError, export_adapter, export_merged, locate_source
+    from kforge.space import UnwritableFolder, check_writable, write_failure
 
     if dtype is not None and dtype not in ("bfloat16", "float16", "float32"):
         raise fail(f"--dtype {dtype}: give bfloat16, float16 or float32")
     try:
+        check_writable(out, "--out")  # before a model is loaded to merge
         src = locate_source(source, runs_dir, step)
+        for line in src.skipped:
+            console.print(f"warning: {line}; using step {src.step}", highlight=False, soft_wrap=True)
         console.print(f"exporting {src.describe()}", highlight=False, soft_wrap=True)
         if merge:
             export_merged(src, out, force=force, dtype=dtype, device=device)
         else:
             export_adapter(src, out, force=force)
-    except ExportError as exc:
+    except (ExportError, UnwritableFolder) as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:  # the disk filled up while writing: the staged folder is already gone
+        why = write_failure(exc)
+        if why is None:
+            raise
+        raise fail(f"{why}; nothing was written to {out}: free space there and export again", code=1) from None
     except ModelLoadError as exc:
         raise fail(f"base model: {exc}", code=1) from None
     what = "merged model" if merge else "LoRA adapter"

@@ -11,9 +11,10 @@ from typing import Optional
 import typer
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
-from kforge.config.loader import ConfigError, resolve, to_yaml
+from kforge.config.loader import ConfigError, config_changes, resolve, to_yaml
 from kforge.runs.folder import (CHECKPOINTS_FILE, METRICS_FILE, STATUS_FILE, RunFolder, atomic_write_text,
                                 drop_torn_line, find_run)
+from kforge.space import UnwritableFolder, check_writable, write_failure
 from kforge.ui.console import console, fail, setup_logging
 
 log = logging.getLogger("kforge.train")
@@ -45,8 +46,13 @@ def train(
         placement = parse_gpus_option(gpus) if gpus else {}
     except PlacementError as exc:  # before any folder is made: a typo leaves nothing behind
         raise fail(str(exc)) from None
+    if resume and (preset or config):
+        flag = "--preset" if preset else "--config"
+        raise fail(f"--resume continues {resume} with its own config.yaml; drop {flag} (change single settings "
+                   "with key=value, recorded in the run's config_history.jsonl), or start a new run with --name")
+    changes: dict = {}
     if resume:
-        run, resolved = _resume_target(resume, runs_dir, extra, max_steps, overrides)
+        run, resolved, changes = _resume_target(resume, runs_dir, extra)
         cfg = resolved.config
     else:
         resolved = load_config(preset or "default", config, extra)
@@ -64,18 +70,24 @@ def train(
         except (FileExistsError, ValueError) as exc:
             raise fail(str(exc)) from None
     before = run.read_status()
+    config_before = run.config_path.read_text() if changes else None
 
     setup_logging()
     file_handler = logging.FileHandler(run.log_path)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("kforge").addHandler(file_handler)
+    if changes:
+        _record_changes(run, cfg, changes, before.get("step") or run.summary()["steps"])
     console.print(plan.describe(), highlight=False, soft_wrap=True)
     try:
         status = _run(cfg, run, plan, resume=bool(resume), plain=plain)
     finally:
         if resume and before.get("status") == "finished" and run.read_status().get("status") == "failed":
-            # A failed attempt to extend a finished run does not make the finished run a failed one.
+            # A failed attempt to extend a finished run does not make the finished run a failed one, nor
+            # leave the settings it tried as the run's.
             atomic_write_text(run.path / STATUS_FILE, json.dumps(before, indent=2))
+            if config_before is not None:
+                run.record_config(config_before, {"event": "undone", "why": "extending the finished run failed"})
     console.print(f"run {run.name}: {status} at step {run.summary()['steps']} -> {run.path}", highlight=False)
     if status == "failed":
         error = run.read_status().get("error") if before.get("status") != "finished" else None
@@ -86,14 +98,15 @@ def train(
         raise typer.Exit(130)
 
 
-def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str], max_steps: Optional[int],
-                   overrides: Optional[list[str]]):
-    """The run to continue and its config; a finished run with nothing new to do ends here (exit 0)."""
+def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str]):
+    """The run to continue, its config and what the command changes in it (key -> from, to, by); a finished
+    run with nothing new to do ends here (exit 0), whatever the overrides, and nothing in it is written."""
     try:
         run = find_run(spec, runs_dir or "runs")
     except FileNotFoundError as exc:
         raise fail(str(exc)) from None
     try:
+        written = resolve(None, run.config_path, [], environ={}).config
         resolved = resolve(None, run.config_path, extra)
     except ConfigError as exc:
         raise fail(str(exc)) from None
@@ -101,11 +114,15 @@ def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str], max_ste
     if status == "running":
         raise fail(f"run {run.name} is still running (pid {run.read_status().get('pid')}); stop it first")
     done = run.read_status().get("step") or run.summary()["steps"]
-    if status == "finished" and not overrides and (max_steps is None or max_steps <= done):
+    if status == "finished" and _nothing_to_do(resolved.config, done):
         console.print(f"run {run.name} is finished at step {done}; nothing to resume. To train it further: "
                       f"kforge train --resume {run.name} --max-steps {done + max(1, done)}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(0)
+    try:
+        check_writable(run.path, "run folder")
+    except UnwritableFolder as exc:
+        raise fail(str(exc)) from None
     for line in run.damaged_checkpoints():
         console.print(f"warning: {line}; resuming from an earlier checkpoint", highlight=False, soft_wrap=True)
     for name in (METRICS_FILE, CHECKPOINTS_FILE):
@@ -113,7 +130,26 @@ def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str], max_ste
         if kept:
             console.print(f"{name} ended in a torn line (a crash mid-write); dropped it, a copy is in {kept}",
                           highlight=False, soft_wrap=True)
-    return run, resolved
+    return run, resolved, config_changes(written, resolved)
+
+
+def _nothing_to_do(cfg, done: int) -> bool:
+    """Does the config plan no step past `done`? (When the problems cannot be read, only max_steps can say.)"""
+    from kforge.train.build import SetupError, planned_steps
+
+    try:
+        return planned_steps(cfg) <= done
+    except SetupError:
+        return cfg.max_steps is not None and cfg.max_steps <= done
+
+
+def _record_changes(run: RunFolder, cfg, changes: dict, step: int) -> None:
+    """Settings a resume changes are the run's from then on: recorded with the step they start after, then
+    config.yaml rewritten, and each one logged."""
+    run.record_config(to_yaml(cfg), {"event": "resume", "after_step": step, "changes": changes})
+    for key, change in changes.items():
+        log.info("resume after step %d changes %s: %r -> %r (from %s)", step, key, change["from"], change["to"],
+                 change["by"])
 
 
 def _check_rag_index(cfg) -> None:
@@ -163,9 +199,17 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         if run.read_status().get("status") != "stopped":  # interrupted before the loop could say so
             run.set_status("stopped", stopped_by="signal")
     except Exception as exc:
-        log.exception("run failed")
-        if run.read_status().get("status") != "failed":
-            run.set_status("failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        why = write_failure(exc)
+        if why:  # a full disk or a folder made read-only during the run: one line, not a traceback
+            why = f"{why}; free space or fix its rights there, then kforge train --resume {run.path}"
+            log.error("%s", why)
+        else:
+            log.exception("run failed")
+        try:
+            if why or run.read_status().get("status") != "failed":
+                run.set_status("failed", error=why or f"{type(exc).__name__}: {exc}"[:500])
+        except OSError as status_exc:
+            log.error("%s", write_failure(status_exc) or status_exc)
         status = "failed"
     finally:
         if trainer is not None:
@@ -176,4 +220,6 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
         write_plots(run)
     except ImportError:
         log.info("matplotlib not installed: no PNG plots (pip install 'kforge[plots]')")
+    except OSError as exc:
+        log.warning("no PNG plots: %s", write_failure(exc) or exc)
     return status

@@ -256,6 +256,13 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def config_changes(before: KforgeConfig, after: ResolvedConfig) -> dict[str, dict[str, Any]]:
+    """Every leaf whose value differs, with its old and new value and the layer that set the new one."""
+    old, new = flatten(before.model_dump(mode="json")), flatten(after.config.model_dump(mode="json"))
+    return {key: {"from": old.get(key), "to": new.get(key), "by": after.origin(key)}
+            for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
+
+
 def to_yaml(config: KforgeConfig) -> str:
     """A YAML file that `--config` accepts back unchanged."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

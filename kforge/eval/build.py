@@ -53,6 +53,7 @@ class EvalPlan:
     out: Path
     meta: dict[str, Any]
     samples: int
+    skipped: list[str] = field(default_factory=list)  # a run's newer checkpoints that cannot be used
 
     def make_run(self) -> Any:
         from kforge.eval.runner import EvalRun
@@ -103,11 +104,11 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     if req.split is not None and req.split not in SPLITS:
         raise EvalSetupError(f"--split {req.split!r}: expected one of {', '.join(SPLITS)}")
     try:
-        target, run_config = None, None
+        target, run_config, skipped = None, None, []
         if req.candidates is None:
             if not req.target:
                 raise EvalSetupError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
-            _require_run_config(req.target, req.runs_dir, req.step)
+            skipped = _require_run_config(req.target, req.runs_dir, req.step)
             target, run_config = resolve_target(req.target, req.runs_dir, req.step)
         preset = None if run_config else req.preset
         base = config_file = req.config or run_config
@@ -132,7 +133,16 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     devices = parse_devices(req.gpus, generating=req.candidates is None)
     out = req.out or default_out(req, target, run_config, split)
     what = str(req.candidates) if req.candidates is not None else target.description
-    selection = {"target": what, "split": split, "problems": sorted(p.key for p in selected)}
+    selection = {"target": what, "target_path": target_identity(req.candidates, target), "split": split,
+                 "problems": sorted(p.key for p in selected),
+                 "generation": generation_settings(cfg, req.samples) if req.candidates is None else None}
+    if not req.dry_run:
+        from kforge.space import UnwritableFolder, check_writable
+
+        try:
+            check_writable(out.parent, f"results file {out}: its folder")
+        except UnwritableFolder as exc:
+            raise EvalSetupError(str(exc)) from None
     if out.exists() and not req.dry_run:
         if not req.resume:
             raise EvalSetupError(f"{out} exists; pass --resume to continue it or --out to write elsewhere")
@@ -140,16 +150,16 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     from kforge.eval.meta import describe
 
     meta = {**describe(cfg, split, selected, trained, devices, blocked), "selection": selection}
-    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples)
+    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples, skipped)
 
 
-def _require_run_config(spec: str, runs_dir: str, step: int | None) -> None:
+def _require_run_config(spec: str, runs_dir: str, step: int | None) -> list[str]:
     """A run folder without its config.yaml would be evaluated with bare defaults (another context
-    length, no held-out split): refuse instead."""
+    length, no held-out split): refuse instead. Returns the newer checkpoints that cannot be used."""
     from kforge.runs.locate import LocateError, is_run_or_adapter, locate
 
     if not is_run_or_adapter(spec, runs_dir):
-        return
+        return []
     try:
         found = locate(spec, runs_dir, step)
     except LocateError as exc:
@@ -158,6 +168,7 @@ def _require_run_config(spec: str, runs_dir: str, step: int | None) -> None:
         raise EvalSetupError(f"{found.run.config_path} is missing: the run's model, context length and held-out "
                              "split are unknown without it; restore it, or evaluate the adapter folder "
                              f"{found.adapter_dir} with --preset and --split all")
+    return [f"{line}; using step {found.step}" for line in found.skipped]
 
 
 def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: str) -> Path:
@@ -170,8 +181,26 @@ def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: s
     return Path(f"eval_results-{slug}-{split}.json")
 
 
+def target_identity(candidates: Path | None, target: Any) -> str:
+    """What was evaluated, as a resolved path where there is one: the same checkpoint reached through the run's
+    name, a relative or an absolute path, or its checkpoint folder is the same adapter folder."""
+    if candidates is not None:
+        return str(Path(candidates).resolve())
+    if target.adapter:
+        return str(Path(target.adapter).resolve())
+    local = Path(target.model).expanduser()
+    return str(local.resolve()) if local.exists() else target.model
+
+
+def generation_settings(cfg: KforgeConfig, samples: int) -> dict[str, Any]:
+    """The settings that change what a sample is: results made under others cannot be averaged with these."""
+    ro = cfg.rollout
+    return {"samples": samples, "turns": cfg.turns, "temperature": ro.temperature, "top_p": ro.top_p,
+            "top_k": ro.top_k, "max_tokens": ro.max_tokens}
+
+
 def check_resumable(out: Path, selection: dict[str, Any]) -> None:
-    """--resume only into a file made by the same target, split and problem selection."""
+    """--resume only into a file made by the same target, split, problem selection and generation settings."""
     try:
         doc = json.loads(out.read_text())
         if not isinstance(doc, dict):
@@ -182,10 +211,23 @@ def check_resumable(out: Path, selection: dict[str, Any]) -> None:
     if not isinstance(before, dict):
         raise EvalSetupError(f"{out} does not say which target, split and problems it holds; "
                              "resume only into a file this version wrote, or pick another --out")
-    for key, label in (("target", "target"), ("split", "split")):
-        if before.get(key) != selection[key]:
-            raise EvalSetupError(f"cannot resume {out}: it holds {label} {before.get(key)!r}, this eval is "
-                                 f"{selection[key]!r}; pick another --out")
+    if "target_path" not in before or "generation" not in before:
+        raise EvalSetupError(f"{out} does not say which resolved target and generation settings it holds (an "
+                             "older kforge wrote it); pick another --out")
+    if before.get("target_path") != selection["target_path"]:
+        raise EvalSetupError(f"cannot resume {out}: it holds target {before.get('target')!r} "
+                             f"({before.get('target_path')}), this eval is {selection['target']!r} "
+                             f"({selection['target_path']}); pick another --out")
+    if before.get("split") != selection["split"]:
+        raise EvalSetupError(f"cannot resume {out}: it holds split {before.get('split')!r}, this eval is "
+                             f"{selection['split']!r}; pick another --out")
+    had_gen, now_gen = before.get("generation") or {}, selection["generation"] or {}
+    changed = [f"{key} {had_gen.get(key)!r} there, {now_gen.get(key)!r} here"
+               for key in sorted(set(had_gen) | set(now_gen)) if had_gen.get(key) != now_gen.get(key)]
+    if changed:
+        raise EvalSetupError(f"cannot resume {out}: its samples were made with other generation settings "
+                             f"({'; '.join(changed)}); use the same --samples, --turns, temperature and "
+                             "max_tokens, or pick another --out")
     if before.get("problems") != selection["problems"]:
         had, now = set(before.get("problems") or []), set(selection["problems"])
         diff = sorted(had - now)[:3] or sorted(now - had)[:3]

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 import torch
 
+from kforge.space import refused_write
+
 
 @contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
@@ -30,8 +32,13 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         _fsync_tree(tmp)
-    except BaseException:
+    except BaseException as exc:
+        # safetensors and torch report a full disk in their own exception types: an OSError naming the
+        # folder instead, found before the temp folder gives its room back.
+        refused = refused_write(exc, path.parent) if isinstance(exc, Exception) else None
         shutil.rmtree(tmp, ignore_errors=True)
+        if refused is not None:
+            raise refused from exc
         raise
     old = path.parent / f"{path.name}.old"
     if path.exists():
@@ -44,17 +51,29 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(old)
 
 
-STATE_FILE = "trainer_state.pt"  # optimizer, scheduler, RNG states and counters, beside adapter/
+# Optimizer, scheduler, RNG states and counters, beside adapter/: tensors, numbers, strings and containers
+# only, so that it loads with weights_only=True (a run folder may be shared: nothing in it is unpickled).
+STATE_FILE = "trainer_state.pt"
 
 
 def read_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """A learner checkpoint's folder and the state `STATE_FILE` holds (LearnerError: not a learner checkpoint)."""
+    """A learner checkpoint's folder and the state `STATE_FILE` holds; LearnerError naming the file when
+    it is missing, damaged or holds anything but plain data."""
     from kforge.learner.lora import LearnerError
 
     folder = resolve_checkpoint(path)
-    if not (folder / STATE_FILE).is_file():
+    file = folder / STATE_FILE
+    if not file.is_file():
         raise LearnerError(f"checkpoint {path}: no {STATE_FILE} there; is it a learner checkpoint folder?")
-    return folder, torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds here: a short zip, a refused global, a bad pickle
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise LearnerError(f"{file} cannot be loaded as plain data ({type(exc).__name__}: {first}); "
+                           "it is damaged or was not written by this kforge") from None
+    if not isinstance(state, dict):
+        raise LearnerError(f"{file} holds no learner state")
+    return folder, state
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -94,7 +113,9 @@ def rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        state["numpy"] = np.random.get_state()
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = {"name": name, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
+                          "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
     except ImportError:
         pass
     return state
@@ -108,4 +129,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if "numpy" in state:
         import numpy as np
 
-        np.random.set_state(state["numpy"])
+        saved = state["numpy"]
+        np.random.set_state((saved["name"], saved["keys"].numpy().astype("uint32"), saved["pos"],
+                             saved["has_gauss"], saved["cached_gaussian"]))

@@ -41,6 +41,7 @@ class ExportSource:
     checkpoint_dir: Path | None = None
     step: int | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # newer checkpoints that cannot be used, naming the file
 
     @property
     def adapter_config(self) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def locate_source(spec: str, runs_dir: str | Path = "runs", step: int | None = N
     metrics = {}
     if run is not None and found.step is not None:
         metrics = next((m for m in reversed(run.metrics()) if m.get("step") == found.step), {})
-    return ExportSource(found.adapter_dir, config, run, found.checkpoint_dir, found.step, metrics)
+    return ExportSource(found.adapter_dir, config, run, found.checkpoint_dir, found.step, metrics, found.skipped)
 
 
 # ----------------------------------------------------------------------------------------------- write

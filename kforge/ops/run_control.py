@@ -83,6 +83,10 @@ def terminate(run: RunFolder, grace_s: float = 10.0) -> str:
         raise RunControlError(f"run {run.name} runs on {host}; signals only reach processes of this host: run "
                               f"`kforge runs stop {run.name} --now` there, or drop the STOP file with `kforge runs stop`")
     pid, started = st.get("pid"), st.get("pid_started")
+    if st.get("status") in ACTIVE and pid and started is None:
+        raise RunControlError(f"run {run.name}: its status records pid {pid} but not when that process started, "
+                              f"so it cannot be told from another process with that pid; drop the STOP file "
+                              f"with `kforge runs stop {run.name}` instead")
     if st.get("status") not in ACTIVE or not pid_alive(pid, started):
         raise RunControlError(f"run {run.name} is not running (status {run.effective_status()}); nothing to stop")
     proc = psutil.Process(pid)

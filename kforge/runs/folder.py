@@ -17,22 +17,23 @@ from typing import Any, Iterator
 
 import psutil
 
+from kforge.runs.checkpoints import (CHECKPOINTS_DIR, CKPT_PREFIX, LEARNER_DIR, TRAINER_STATE,  # noqa: F401
+                                     checkpoint_damage, checkpoint_step, read_trainer_state)
+from kforge.space import check_writable, refused_write
+
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
+CONFIG_HISTORY_FILE = "config_history.jsonl"  # what each resume changed in config.yaml, and by which layer
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOG_FILE = "logs.log"
 STOP_FILE = "STOP"  # `kforge runs stop` drops this; the loop checkpoints and exits at the next step
-# The checkpoint layout, known only here: checkpoints/step_NNNNNN/{learner/, trainer_state.json}.
-CHECKPOINTS_DIR = "checkpoints"
-CKPT_PREFIX = "step_"
-TRAINER_STATE = "trainer_state.json"
-LEARNER_DIR = "learner"
 ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the last few are kept)
 SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
 # Every name kforge writes at the top of a run folder (the roles' logs, the metric writers' and the plots'
 # outputs too): a folder holding anything else is never reused.
-RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE, STOP_FILE,
+RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE,
+                         STOP_FILE,
                          CHECKPOINTS_DIR, ADAPTERS_DIR, SAMPLES_DIR, "learner.log", "rollout.log", "tensorboard",
                          "wandb_id", "reward.png", "correctness.png", "speedup.png"})
 
@@ -47,11 +48,15 @@ def written_by_run(name: str) -> bool:
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the old file, and no temp beside it
+        raise
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -112,13 +117,20 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+# psutil derives a start time from the boot time and the process's start ticks: the same process reads
+# the same value again, within clock-tick rounding.
+START_TIME_SLACK_S = 1.0
+
+
 def pid_alive(pid: int | None, started: float | None = None) -> bool:
-    """Is this pid still the process that wrote the status (not a recycled pid)?"""
+    """Is this pid still the process that wrote the status? With `started` (the recorded start time), only
+    a process that started then: a recycled pid, or a folder copied from another machine of the same host
+    name, holds a pid that started at another time, earlier or later."""
     if not pid:
         return False
     try:
         proc = psutil.Process(pid)
-        if started is not None and proc.create_time() > started + 5:
+        if started is not None and abs(proc.create_time() - float(started)) > START_TIME_SLACK_S:
             return False
         return proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -139,6 +151,7 @@ class RunFolder:
         path = Path(runs_dir) / name
         if path.exists() and not path.is_dir():
             raise FileExistsError(f"{path} is a file, not a run folder; pick another --name or --runs-dir")
+        check_writable(path, "run folder")  # before anything is made or removed
         if path.exists() and any(path.iterdir()):
             run = cls(path)
             if not run.never_stepped():
@@ -197,6 +210,14 @@ class RunFolder:
         return status
 
     # -- records --------------------------------------------------------------------------------------
+    def record_config(self, config_yaml: str, record: dict[str, Any]) -> None:
+        """A change of settings: first its record in config_history.jsonl, then config.yaml as it now is."""
+        append_jsonl(self.path / CONFIG_HISTORY_FILE, {"time": time.time(), **record})
+        atomic_write_text(self.config_path, config_yaml)
+
+    def config_history(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path / CONFIG_HISTORY_FILE)
+
     def log_metrics(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / METRICS_FILE, record)
 
@@ -221,6 +242,15 @@ class RunFolder:
                 return record
         return None
 
+    def usable_checkpoints(self) -> list[Path]:
+        """Recorded checkpoints complete on disk whose files pass the format checks, newest first."""
+        out = []
+        for record in reversed(self.checkpoints()):
+            ckpt = self.path / record["path"]
+            if ckpt.is_dir() and ckpt not in out and checkpoint_damage(ckpt) is None:
+                out.append(ckpt)
+        return out
+
     def damaged_checkpoints(self) -> list[str]:
         """One line per recorded checkpoint newer than `last_checkpoint()` that cannot be resumed from."""
         last = self.last_checkpoint()
@@ -229,9 +259,9 @@ class RunFolder:
             if last is not None and record["step"] <= last["step"]:
                 break
             ckpt = self.path / record["path"]
-            why = checkpoint_damage(ckpt) if ckpt.is_dir() else "its folder is missing"
+            why = checkpoint_damage(ckpt) if ckpt.is_dir() else f"{ckpt}: its folder is missing"
             if why:
-                out.append(f"{ckpt}: {why}")
+                out.append(why)  # it names the file
         return out
 
     # -- checkpoints: the layout lives here; the trainer, export and eval ask for paths ---------------
@@ -243,13 +273,20 @@ class RunFolder:
         final = root / f"{CKPT_PREFIX}{step:06d}"
         tmp = root / f".tmp_{CKPT_PREFIX}{step:06d}_{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        write_learner(tmp / LEARNER_DIR)
-        atomic_write_text(tmp / TRAINER_STATE, json.dumps({**state, "step": step, "reason": reason,
-                                                           "time": time.time()}, indent=2))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        try:
+            tmp.mkdir()
+            write_learner(tmp / LEARNER_DIR)
+            atomic_write_text(tmp / TRAINER_STATE, json.dumps({**state, "step": step, "reason": reason,
+                                                               "time": time.time()}, indent=2))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException as exc:
+            refused = refused_write(exc, root) if isinstance(exc, Exception) else None
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk must not stay full of half a checkpoint
+            if refused is not None:  # named by the checkpoints folder, not the temp one just removed
+                raise OSError(refused.errno, refused.strerror, str(root)) from exc
+            raise
         rel = final.relative_to(self.path)
         self.log_checkpoint({"step": step, "path": str(rel), "adapter": str(rel / LEARNER_DIR), "reason": reason,
                              "time": time.time()})
@@ -270,17 +307,25 @@ class RunFolder:
         """The checkpoint folder at `step`, or the newest complete one; FileNotFoundError says why not."""
         dirs = self.checkpoint_dirs()
         if step is not None:
-            if step not in dirs:
-                have = ", ".join(str(s) for s in sorted(dirs)) or "none yet"
-                raise FileNotFoundError(f"run {self.name} has no checkpoint at step {step}; checkpoints at steps: {have}")
+            why = checkpoint_damage(dirs[step]) if step in dirs else f"run {self.name} has no checkpoint at step {step}"
+            if why:
+                raise FileNotFoundError(f"{why}; {self.usable_steps_line()}")
             return dirs[step]
         last = self.last_checkpoint()
         if last is not None:
             return self.path / last["path"]
+        usable = [s for s, d in dirs.items() if checkpoint_damage(d) is None]
+        if usable:
+            return dirs[max(usable)]
         if dirs:
-            return dirs[max(dirs)]
+            why = checkpoint_damage(dirs[max(dirs)])
+            raise FileNotFoundError(f"no checkpoint of run {self.name} can be used: {why}")
         raise FileNotFoundError(f"run {self.name} has no checkpoint yet; wait for one (log.save_every) or stop it "
                                 f"with `kforge runs stop {self.name}`, which saves one")
+
+    def usable_steps_line(self) -> str:
+        usable = [str(s) for s, d in sorted(self.checkpoint_dirs().items()) if checkpoint_damage(d) is None]
+        return f"checkpoints that can be used: --step {', '.join(usable)}" if usable else "no checkpoint can be used"
 
     def adapter_dir(self, version: int) -> Path:
         return self.path / ADAPTERS_DIR / f"v{version:06d}"
@@ -323,40 +368,11 @@ class RunFolder:
         }
 
 
-def checkpoint_step(ckpt: Path) -> int | None:
-    """The step a checkpoint folder holds: from its trainer state, else from its name."""
-    try:
-        return int(json.loads((ckpt / TRAINER_STATE).read_text())["step"])
-    except (OSError, KeyError, ValueError, json.JSONDecodeError):
-        pass
-    if ckpt.name.startswith(CKPT_PREFIX) and ckpt.name[len(CKPT_PREFIX):].isdigit():
-        return int(ckpt.name[len(CKPT_PREFIX):])
-    return None
-
-
-def checkpoint_damage(ckpt: Path) -> str | None:
-    """Why a checkpoint folder cannot be resumed from, or None."""
-    state = Path(ckpt) / TRAINER_STATE
-    try:
-        data = json.loads(state.read_text())
-        if not isinstance(data, dict) or "step" not in data:
-            return f"{state} holds no step"
-    except FileNotFoundError:
-        return None  # older layouts and hand-made folders: the learner folder alone is resumable
-    except (OSError, ValueError) as exc:
-        return f"{state} is damaged ({type(exc).__name__})"
-    return None
-
-
 def check_run_name(name: str) -> None:
     """A run name is one folder name under the runs folder: `runs ls`, `--resume NAME` and `rm` find it there."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
         raise ValueError(f"run name {name!r} must be one folder name (no '/', not starting with '.'), "
                          "e.g. --name kevin-lr1e-5")
-
-
-def read_trainer_state(ckpt: Path) -> dict[str, Any]:
-    return json.loads((Path(ckpt) / TRAINER_STATE).read_text())
 
 
 def list_runs(runs_dir: str | Path) -> Iterator[RunFolder]:

@@ -3,17 +3,18 @@ adapter folder. `kforge export` and `kforge eval` both ask here; the layout itse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kforge.runs.folder import CHECKPOINTS_DIR, CKPT_PREFIX, CONFIG_FILE, STATUS_FILE, RunFolder, checkpoint_step, find_run
+from kforge.runs.checkpoints import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, ADAPTER_WEIGHTS_BIN, CHECKPOINTS_DIR,
+                                     CKPT_PREFIX, checkpoint_damage, checkpoint_step)
+from kforge.runs.folder import CONFIG_FILE, STATUS_FILE, RunFolder, find_run
 
 if TYPE_CHECKING:
     from kforge.config.schema import KforgeConfig
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "LocateError", "Located", "find_adapter", "locate"]
 
 
 class LocateError(ValueError):
@@ -26,6 +27,7 @@ class Located:
     run: RunFolder | None = None
     checkpoint_dir: Path | None = None
     step: int | None = None
+    skipped: list[str] = field(default_factory=list)  # newer checkpoints that cannot be used, each naming its file
 
 
 def find_adapter(folder: Path) -> Path:
@@ -36,7 +38,7 @@ def find_adapter(folder: Path) -> Path:
     """
     found = [p.parent for p in folder.rglob(ADAPTER_CONFIG)
              if not any(part.startswith(".") for part in p.relative_to(folder).parts)]
-    found = [p for p in found if (p / ADAPTER_WEIGHTS).is_file() or (p / "adapter_model.bin").is_file()]
+    found = [p for p in found if (p / ADAPTER_WEIGHTS).is_file() or (p / ADAPTER_WEIGHTS_BIN).is_file()]
     if not found:
         raise LocateError(f"{folder}: no {ADAPTER_CONFIG} with adapter weights in it or its subfolders; "
                           "give a run, a checkpoint folder (runs/NAME/checkpoints/step_N) or an adapter folder")
@@ -88,11 +90,16 @@ def locate(spec: str, runs_dir: str | Path = "runs", step: int | None = None) ->
             if parent.name.startswith(CKPT_PREFIX) and parent.parent.name == CHECKPOINTS_DIR:
                 ckpt = parent
                 break
+        why = checkpoint_damage(ckpt)
+        if why:
+            raise LocateError(f"{why}" + (f"; {run.usable_steps_line()} (of run {run.path})" if run else ""))
+        skipped = []
     else:
         try:
             run = find_run(spec, runs_dir)
             ckpt = run.checkpoint(step)
         except FileNotFoundError as exc:
             raise LocateError(str(exc)) from None
+        skipped = run.damaged_checkpoints() if step is None else []
     adapter = find_adapter(ckpt)
-    return Located(adapter, run, ckpt if ckpt != adapter else None, checkpoint_step(ckpt))
+    return Located(adapter, run, ckpt if ckpt != adapter else None, checkpoint_step(ckpt), skipped)

@@ -24,31 +24,63 @@ def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
                   say: Callable[[str], None] = log.info) -> Trainer:
     """The trainer of `run`, restored from its last checkpoint when `resume`. The caller closes
     `trainer.parts` when done (also when this raises after the parts were built: they are closed here)."""
-    from kforge.problems import problems_from_config, split_problems
-    from kforge.problems.sources import ProblemSourceError
-    from kforge.train.data import ProblemSampler
-
-    try:
-        problems = problems_from_config(cfg.dataset)
-        train_set, test_set = split_problems(problems, cfg.dataset.test_fraction, cfg.dataset.seed)
-        if not train_set:
-            raise SetupError("the training split is empty: lower dataset.test_fraction or select more problems")
-        total = ProblemSampler(train_set, cfg.dataset.batch_size, cfg.dataset.epochs).total_steps
-    except (ProblemSourceError, ValueError) as exc:
-        raise SetupError(str(exc)) from None
+    train_set, test_set = split(cfg)
     say(f"{len(train_set)} training and {len(test_set)} held-out problems from {cfg.dataset.source}")
     fit_context(cfg, say)
-    parts = build_parts(cfg, plan, run, min(total, cfg.max_steps) if cfg.max_steps else total, say)
+    parts = build_parts(cfg, plan, run, planned_steps(cfg, train_set), say)
     try:
         trainer = Trainer(cfg, run, plan, train_set, test_set, parts)
         if resume:
-            last = run.last_checkpoint()
-            if last is not None:
-                trainer.restore(run.path / last["path"])
+            restore_newest(trainer, run, say)
         return trainer
     except BaseException:
         parts.close()
         raise
+
+
+def restore_newest(trainer: Trainer, run: RunFolder, say: Callable[[str], None]) -> None:
+    """The newest checkpoint that loads: its files were checked by format already, but bytes flipped inside
+    a file show only when it is read; each one that fails is named and the one before it tried."""
+    tried = []
+    for ckpt in run.usable_checkpoints():
+        try:
+            trainer.restore(ckpt)
+            return
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            if not getattr(trainer.parts.learner, "alive", lambda: True)():
+                raise  # the learner process died: no other checkpoint would fare better
+            tried.append(ckpt.name)
+            say(f"warning: cannot resume from {ckpt}: {(str(exc).splitlines() or [''])[0]}; trying the one before it")
+    damaged = run.damaged_checkpoints()
+    if tried or damaged:
+        raise SetupError(f"no checkpoint of run {run.name} can be resumed from"
+                         + (f" (tried {', '.join(tried)})" if tried else f": {damaged[0]}"))
+
+
+def split(cfg: KforgeConfig) -> tuple[list, list]:
+    """The run's training and held-out problems."""
+    from kforge.problems import problems_from_config, split_problems
+    from kforge.problems.sources import ProblemSourceError
+
+    try:
+        train_set, test_set = split_problems(problems_from_config(cfg.dataset), cfg.dataset.test_fraction,
+                                             cfg.dataset.seed)
+    except (ProblemSourceError, ValueError) as exc:
+        raise SetupError(str(exc)) from None
+    if not train_set:
+        raise SetupError("the training split is empty: lower dataset.test_fraction or select more problems")
+    return train_set, test_set
+
+
+def planned_steps(cfg: KforgeConfig, train_set: list | None = None) -> int:
+    """The steps the config asks for: its epochs over the training split, capped by max_steps."""
+    from kforge.train.data import ProblemSampler
+
+    try:
+        total = ProblemSampler(train_set or split(cfg)[0], cfg.dataset.batch_size, cfg.dataset.epochs).total_steps
+    except ValueError as exc:
+        raise SetupError(str(exc)) from None
+    return min(total, cfg.max_steps) if cfg.max_steps else total
 
 
 def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,

@@ -1,0 +1,85 @@
+"""Can kforge write where it is told to? Asked before any work, so that a read-only folder, a file where a
+folder should be or a full disk is one line naming the folder, not a traceback after a model loaded; and
+what a write that fails later (the disk filled up during a run) says instead of a traceback."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+# A write that failed for want of room or rights, not because of a bug: worth one line, not a traceback.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+PROBE_BYTES = 4096  # one block: on a full disk the write itself fails, not only the file's creation
+
+
+class UnwritableFolder(ValueError):
+    """The folder cannot take kforge's files; the message is one line for the user."""
+
+
+def check_writable(folder: str | Path, what: str) -> None:
+    """`folder`, or the nearest folder above it that exists (where it would be made), takes a new file."""
+    folder = Path(folder)
+    probe = folder
+    while not os.path.lexists(probe) and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UnwritableFolder(f"{what} {folder}: {probe} is a file, not a folder; choose another folder")
+    refused = write_probe(probe)
+    if refused is not None:
+        raise UnwritableFolder(f"{what} {folder}: cannot write in {probe} ({refused.strerror or refused}); "
+                               "free space there or choose a writable folder")
+
+
+def write_probe(folder: Path) -> OSError | None:
+    """Why a block cannot be written into this existing folder, or None."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".kforge-probe-", dir=folder)
+    except OSError as exc:
+        return exc
+    try:
+        os.write(fd, b"\0" * PROBE_BYTES)
+        os.fsync(fd)
+    except OSError as exc:
+        return exc
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return None
+
+
+def refused_write(exc: BaseException, folder: Path) -> OSError | None:
+    """For a write into `folder` that raised `exc`: an OSError naming `folder` when the cause was room or
+    rights, else None. Writers outside Python (safetensors, torch's zip writer) and another process's
+    errors carry no errno, so their text is read, and a block that cannot be written now says it too
+    (call this before a failed write's temp files are removed: they hold the room)."""
+    for cause in _chain(exc):
+        if isinstance(cause, OSError) and cause.errno in WRITE_ERRNOS:
+            return OSError(cause.errno, cause.strerror, cause.filename or str(folder))
+        text = str(cause)
+        for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            if os.strerror(code) in text:
+                return OSError(code, os.strerror(code), str(folder))
+    return write_probe(folder) if Path(folder).is_dir() else None
+
+
+def _chain(exc: BaseException | None):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """One line for an error that is, or was raised while handling, a failed write for want of room or
+    rights; None for anything else."""
+    for cause in _chain(exc):
+        if isinstance(cause, OSError) and cause.errno in WRITE_ERRNOS:
+            if not cause.filename:
+                return f"cannot write a file: {cause.strerror}"
+            if os.path.isdir(cause.filename):
+                return f"cannot write in {cause.filename}: {cause.strerror}"
+            return f"cannot write {cause.filename} (in {Path(cause.filename).parent}): {cause.strerror}"
+    return None

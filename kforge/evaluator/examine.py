@@ -65,7 +65,9 @@ class Examination:
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
-                    "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
+                    "build_dir": build_dir, "audit_hook": self.cfg.audit_hook,
+                    # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over.
+                    "lock_after": "first_trial" if backend == "triton" and self.slot.on_gpu else "ready"}
         self.writable = [build_dir] if build_dir else []
         self._spawn()
         assert self.child is not None
@@ -113,6 +115,12 @@ class Examination:
         self.durations.update({k: float(x) for k, x in dict(ready.get("durations") or {}).items()})
         self.v.compile_s += self.durations.get("import_s", 0.0) + self.durations.get("init_s", 0.0)
         self.ready_evidence.append(dict(ready.get("evidence") or {}))
+        self._note_lockdown(self.ready_evidence[-1])
+
+    def _note_lockdown(self, evidence: dict[str, Any]) -> None:
+        """What the child says it locked down (confine.lock_down), shown with the sandbox's layers."""
+        if "lockdown" in evidence:
+            self.v.details.setdefault("sandbox", {})["lockdown"] = evidence["lockdown"]
 
     def _trials(self, decoy: bool) -> None:
         """The correctness trials in the parent's order, the decoy trial among them at a random place
@@ -141,6 +149,7 @@ class Examination:
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
             evidence[k] = dict(ans.get("evidence") or {})
+            self._note_lockdown(evidence[k])
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
         self.durations["correctness_s"] = time.monotonic() - t0

@@ -109,11 +109,18 @@ class RequestLoop:
         self.sync: Callable[[], None] = torch.cuda.synchronize if self.on_gpu else (lambda: None)
         self.arena = ArenaWriter(arena_fd, self.on_gpu)
         self.flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=device) if self.on_gpu else None
+        self.lock: Callable[[], dict[str, Any]] | None = None  # confine.lock_down, applied once
+        self.locked: dict[str, Any] | None = None
+
+    def lock_now(self) -> None:
+        if self.lock is not None and self.locked is None:
+            self.locked = self.lock()
 
     def evidence(self) -> dict[str, Any]:
         if self.guard is None:
             return {}
-        return {"denied": sorted(set(self.guard.denied)), "patched": self.changed() if self.changed else []}
+        ev = {"denied": sorted(set(self.guard.denied)), "patched": self.changed() if self.changed else []}
+        return ev | ({"lockdown": self.locked} if self.locked is not None else {})
 
     def call(self, inputs: list[Any]) -> list[Any]:
         with _no_grad():
@@ -213,3 +220,4 @@ class RequestLoop:
                 send_error(self.wfd, op, category(exc), exc)
                 return
             send_message(self.wfd, msg)
+            self.lock_now()  # a no-op once applied; Triton on a GPU compiled its kernels in the first trial

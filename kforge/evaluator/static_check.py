@@ -72,7 +72,8 @@ _BANNED_SUBMODULES = ("torch.multiprocessing", "torch.hub", "torch.package", "to
 _BANNED_PATHS = _BANNED_SUBMODULES + (
     "torch.load", "torch.save", "torch.jit.load", "torch.jit.save", "numpy.load", "numpy.loads", "numpy.save",
     "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.loadtxt", "numpy.genfromtxt",
-    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource",
+    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource", "numpy.ctypeslib", "torch.from_file",
+    "torch.utils.collect_env",
     # Attribute lookup by a name written as text: `attrgetter("__closure__")` is `f.__closure__`.
     "operator.attrgetter", "operator.methodcaller")
 _BANNED_METHODS = frozenset({"tofile", "dump"})  # ndarray methods that pickle or write files

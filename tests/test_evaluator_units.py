@@ -455,3 +455,60 @@ def test_arena_writer_gpu_path_pins_once_and_clears_a_refusal(monkeypatch: pytes
         writer._unmap()
         os.close(writer.fd)
         arena.close()
+
+
+SOFTMAX_PROBLEM = '''import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+def get_inputs():
+    return [torch.randn(4, 4)]
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("init, body", [
+    ("", "return nn.Softmax(dim=-1)(y)"),
+    ("", "return torch.nn.Softmax(1).forward(y)"),
+    ("self.sm = nn.Softmax(dim=-1)", "return self.sm(y)"),
+    ("", "return y.softmax(-1)"),
+    ("", "return torch.special.softmax(y, -1)"),
+])
+def test_the_reference_op_is_flagged_under_every_spelling(init: str, body: str) -> None:
+    code = KERNEL + f'''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init or "pass"}
+    def forward(self, y):
+        k[(1,)](y)
+        {body}
+'''
+    rep = check_source(code, SOFTMAX_PROBLEM, "triton")
+    assert not rep.errors, rep.errors
+    assert any(f.lower() == "pytorch_op:softmax" for f in rep.flags), rep.flags
+
+
+def test_op_keys_join_modules_functions_methods_and_aliases() -> None:
+    from kforge.evaluator.op_names import op_key
+
+    assert op_key("nn.Softmax") == op_key("softmax") == op_key("Tensor.softmax_")
+    assert op_key("BatchNorm2d") == op_key("F.batch_norm") and op_key("MSELoss") == op_key("mse_loss")
+    assert op_key("torch.clip") == op_key("clamp") and op_key("bmm") == op_key("matmul")
+    assert op_key("LogSoftmax") == op_key("log_softmax") != op_key("softmax")
+    assert op_key("ReLU") == op_key("relu") != op_key("LeakyReLU")
+
+
+def test_outputs_no_kernel_of_the_candidates_wrote_are_flagged() -> None:
+    from kforge.evaluator.guard import Launch, summarize
+    from kforge.evaluator.judge import flags_from_evidence
+
+    copy = Launch(True, "copy_kernel", [(0, 100), (100, 200)])  # x -> y
+    ev = summarize([copy], [(0, 100), (300, 400)], [(300, 400)])  # the output was made elsewhere
+    assert ev["kernels_on_data"] == 1 and ev["outputs_unwritten"] == 1
+    assert "output_not_from_kernel" in flags_from_evidence([ev])
+    honest = summarize([copy], [(0, 100), (100, 200)], [(150, 200)])  # a view of what the kernel wrote
+    assert honest["outputs_unwritten"] == 0 and flags_from_evidence([honest]) == []
+

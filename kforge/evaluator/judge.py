@@ -62,6 +62,8 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
             flags.append("no_kernel_launched")
         elif int(ev.get("kernels_on_data", 0) or 0) == 0:
             flags.append("kernel_not_on_trial_data")
+        elif int(ev.get("outputs_unwritten", 0) or 0) > 0:
+            flags.append("output_not_from_kernel")
         if ev.get("aliases_input"):
             flags.append("output_aliases_input")
         flags += [str(p) for p in ev.get("patched", []) or []]

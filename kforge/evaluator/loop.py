@@ -148,7 +148,7 @@ class RequestLoop:
         msg: dict[str, Any] = {"type": P.TRIAL, "id": req["id"], "meta": _meta(out), "plain": _plain(out)}
         if self.guard is not None:
             in_ranges, out_ranges = _ranges(inputs), _ranges(out)
-            ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges)
+            ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges, out_ranges)
             ev["aliases_input"] = any(a < e and s < b for a, b in out_ranges for s, e in in_ranges)
             ev["equals_input"] = any(isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and x.shape == o.shape
                                      and x.dtype == o.dtype and bool(torch.equal(x, o)) for o in out for x in inputs)

@@ -75,8 +75,29 @@ def get_init_inputs():
     return []
 '''
 
+# KernelBench's softmax (level 1, 23) at a small size: the reference spells the op `torch.softmax`.
+SOFTMAX = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 PROBLEMS = {"relu": (1, 9001, "9001_Tiny_ReLU", RELU), "scale": (1, 9002, "9002_Tiny_Scale", SCALE),
-            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU)}
+            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU), "softmax": (1, 9005, "9005_Tiny_Softmax", SOFTMAX)}
 
 
 @dataclass(frozen=True)
@@ -298,11 +319,17 @@ ATTACKS = [
     Attack("alias_op.py", {"all": "correct+pytorch_op:relu", "no_static": "correct+kernel_not_needed",
                            "bare": "correct+kernel_not_needed"},
            "the op under an imported alias is resolved; the decoy trial (kernels skipped) is still right", item=4),
+    Attack("softmax_module.py", {"all": "correct+pytorch_op:Softmax+output_not_from_kernel",
+                                 "bare": "correct+output_not_from_kernel"},
+           "a copy kernel, then the reference op as a module (`nn.Softmax(dim=-1)(y)`): the op check resolves every "
+           "spelling to one op; the kernel is needed (the decoy trial sees garbage without it), but the output "
+           "was never handed to a kernel of the candidate's", problem="softmax", item=4),
     Attack("work_elsewhere.py", {"all": "correct+kernel_not_needed", "bare": "correct+kernel_not_needed"},
            "a kernel on the trial's tensors while PyTorch (another op) writes the answer: the decoy trial", item=4),
-    Attack("aten_op.py", {"all": "static_check_failed", "bare": "correct"},
-           "torch.ops.aten is banned in source; without the static check nothing on the CPU catches it: the "
-           "kernel's copy is needed, PyTorch's relu of it is not seen (coverage measures it on a GPU)", item=4),
+    Attack("aten_op.py", {"all": "static_check_failed", "bare": "correct+output_not_from_kernel"},
+           "torch.ops.aten is banned in source; without the static check the kernel's copy is needed (the decoy "
+           "trial sees it), but the output is PyTorch's relu of it, which no kernel of the candidate's wrote",
+           item=4),
     Attack("root_files.py", {"bare": "runtime_error"},
            "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
     Attack("import_reraise.py", {"all": "compile_error", "bare": "compile_error"},

@@ -512,3 +512,46 @@ def test_outputs_no_kernel_of_the_candidates_wrote_are_flagged() -> None:
     honest = summarize([copy], [(0, 100), (100, 200)], [(150, 200)])  # a view of what the kernel wrote
     assert honest["outputs_unwritten"] == 0 and flags_from_evidence([honest]) == []
 
+
+def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_copy_out() -> None:
+    """weakref_callback.py's mechanism, in-process: forward returns an uncomputed output and hangs the work on a
+    WeakIdRef callback of its input. The harness once let the inputs go (`del inputs`) before the copy-out, so
+    the callback filled the output in time; now the copy holds what the window computed, the inputs go only
+    at the next request, and a timed call answers with its own launch evidence after marking its window."""
+    import types
+
+    from torch.utils.weak import WeakIdRef
+
+    from kforge.evaluator import protocol as P
+    from kforge.evaluator.arena import Arena
+    from kforge.evaluator.guard import Guard
+    from kforge.evaluator.loop import RequestLoop, make_inputs
+
+    hung, made = [], []
+
+    class Lazy(torch.nn.Module):
+        def forward(self, x):
+            y = torch.zeros_like(x)
+            alias = torch.empty(0).set_(x.untyped_storage(), x.storage_offset(), x.size(), x.stride())
+            hung.append(WeakIdRef(x, lambda _ref: y.copy_(alias.clamp(min=0))))
+            made.append(y)
+            return y
+
+    problem = types.ModuleType("p")
+    problem.get_inputs = lambda: [torch.randn(8)]
+    arena, (rfd, wfd) = Arena(32, sealed=True), os.pipe()
+    loop = RequestLoop(Lazy(), problem, "cpu", wfd, -1, arena.fd, guard=Guard("/nonexistent/candidate.py"))
+    try:
+        msg = loop.timed({"seed": 7, "slots": [[0, 32]], "size": 32})
+        copied = torch.frombuffer(bytearray(loop.arena.mm[:32]), dtype=torch.float32)
+        assert torch.count_nonzero(copied) == 0  # the callback had not run when the outputs were copied
+        assert msg["evidence"]["kernels"] == 0 and msg["ms"] > 0
+        loop.kept = None  # what the next request does first
+        x = make_inputs(problem, 7, False, "cpu")[0]
+        assert torch.equal(made[0], x.clamp(min=0))  # the callback ran now: after the parent read the copy
+        frames = os.read(rfd, 1 << 16)
+        assert P.WINDOW.encode() in frames  # the window's end was marked before the copy-out
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+        arena.close()

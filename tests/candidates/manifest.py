@@ -314,6 +314,14 @@ ATTACKS = [
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "
            "the clock", item=3, gpu={"bare": "correct+timing_inconsistent|correct+bounded"}),
+    Attack("count_profile.py", {"all": "correct+timed_call_without_kernel", "bare": "correct+timed_call_without_kernel"},
+           "counting calls, PyTorch alone answers the timed calls and a spin kernel pads the call it expects to be "
+           "profiled: every timed call now carries its own launch evidence, and the profiled call is one of the "
+           "timed calls at a random place", item=3),
+    Attack("weakref_callback.py", {"all": "correct+timed_output_mismatch", "bare": "correct+timed_output_mismatch"},
+           "the work hung on a weakref callback of the input, once fired by the harness's `del inputs` before the "
+           "copy-out: inputs and outputs now stay referenced (and the collector off) until the parent has read "
+           "the outputs, so the copy holds what the window computed", item=3),
     Attack("nonpositive_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "negative reported times are no report", item=3),
     Attack("alias_op.py", {"all": "correct+pytorch_op:relu", "no_static": "correct+kernel_not_needed",

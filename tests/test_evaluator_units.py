@@ -174,6 +174,8 @@ def test_explain_matches_what_the_kernel_allows() -> None:
     assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp
     assert rows["[kernel] UTS namespace (hostname is its own)"][0] == caps.utsns
     assert rows["[kernel] never root"][0] == (sandbox.child_ids()[0] != 0)
+    after = rows["[kernel] after set-up: no exec, new process or System V IPC; fewer reads"]
+    assert after[0] == (caps.seccomp and confine.landlock_abi() >= 1)
     assert all(isinstance(d, str) and d for _a, d in rows.values())
 
 

@@ -557,3 +557,47 @@ def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_cop
         os.close(rfd)
         os.close(wfd)
         arena.close()
+
+
+@pytest.mark.skipif(not confine.seccomp_available(), reason="needs libseccomp")
+def test_the_lock_down_filter_refuses_processes_exec_and_system_v_ipc_but_not_threads() -> None:
+    """confine.apply_no_spawn in a forked process: fork, exec, libc's system() and shmget fail with EPERM
+    whoever asks, while a thread still starts (clone3 says ENOSYS, so the C library uses clone)."""
+    import ctypes
+    import threading
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child reports through the pipe
+        out = {}
+        try:
+            out["applied"] = confine.apply_no_spawn()[0]
+            try:
+                os.fork()
+                out["fork"] = "allowed"
+            except OSError as exc:
+                out["fork"] = exc.errno
+            try:
+                os.execv("/bin/true", ["true"])
+            except OSError as exc:
+                out["exec"] = exc.errno
+            libc = ctypes.CDLL(None, use_errno=True)
+            out["system"] = libc.system(b"exit 0")
+            out["shmget"] = (libc.shmget(0, 4096, 0o1600), ctypes.get_errno())
+            box = []
+            t = threading.Thread(target=lambda: box.append(1))
+            t.start()
+            t.join()
+            out["thread"] = box == [1]
+        finally:
+            os.write(wfd, json.dumps(out).encode())
+            os._exit(0)
+    os.close(wfd)
+    os.waitpid(pid, 0)
+    with os.fdopen(rfd) as fh:
+        out = json.loads(fh.read())
+    import errno
+
+    assert out["applied"] and out["thread"], out
+    assert out["fork"] == errno.EPERM and out["exec"] == errno.EPERM and out["system"] != 0, out
+    assert out["shmget"] == [-1, errno.EPERM], out

@@ -304,3 +304,19 @@ def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> N
     verdicts = pool.evaluate_many([(p, p.solution, "triton") for p in problems])
     wrong = {p.key: (v.status.value, v.flags, v.details.get("reason")) for p, v in zip(problems, verdicts) if not v.correct}
     assert not wrong, wrong
+
+
+BELOW_INTERPRETER = {"ctypes_launder.py": "the shell did not run", "collect_env_shell.py": "Operation not permitted",
+                     "from_file_read.py": "Permission denied"}
+
+
+@pytest.mark.parametrize("name", sorted(BELOW_INTERPRETER))
+def test_library_laundering_is_refused_below_the_interpreter(pools: _Pools, name: str) -> None:
+    """Both in-process layers off: what a library does for the candidate after READY (a shell, libc's system(),
+    a file read with no audit event) is refused by the kernel (seccomp, Landlock), and the child says so."""
+    attack = next(a for a in ATTACKS if a.file == name)
+    v = pools["bare"].submit(make_problem(attack.problem), _attack_code(attack, pools)).result(timeout=120)
+    assert v.status is Status.RUNTIME_ERROR, f"{v.status.value} {v.flags} {v.error[-300:]}"
+    assert BELOW_INTERPRETER[name] in v.error, v.error
+    lockdown = v.details["sandbox"]["lockdown"]
+    assert lockdown["seccomp"][0] and lockdown["landlock"][0] and lockdown["killed_leftovers"], lockdown

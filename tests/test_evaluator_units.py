@@ -174,6 +174,8 @@ def test_explain_matches_what_the_kernel_allows() -> None:
     assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp
     assert rows["[kernel] UTS namespace (hostname is its own)"][0] == caps.utsns
     assert rows["[kernel] never root"][0] == (sandbox.child_ids()[0] != 0)
+    after = rows["[kernel] after set-up: no exec, new process or System V IPC; fewer reads"]
+    assert after[0] == (caps.seccomp and confine.landlock_abi() >= 1)
     assert all(isinstance(d, str) and d for _a, d in rows.values())
 
 
@@ -455,3 +457,147 @@ def test_arena_writer_gpu_path_pins_once_and_clears_a_refusal(monkeypatch: pytes
         writer._unmap()
         os.close(writer.fd)
         arena.close()
+
+
+SOFTMAX_PROBLEM = '''import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+def get_inputs():
+    return [torch.randn(4, 4)]
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("init, body", [
+    ("", "return nn.Softmax(dim=-1)(y)"),
+    ("", "return torch.nn.Softmax(1).forward(y)"),
+    ("self.sm = nn.Softmax(dim=-1)", "return self.sm(y)"),
+    ("", "return y.softmax(-1)"),
+    ("", "return torch.special.softmax(y, -1)"),
+])
+def test_the_reference_op_is_flagged_under_every_spelling(init: str, body: str) -> None:
+    code = KERNEL + f'''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init or "pass"}
+    def forward(self, y):
+        k[(1,)](y)
+        {body}
+'''
+    rep = check_source(code, SOFTMAX_PROBLEM, "triton")
+    assert not rep.errors, rep.errors
+    assert any(f.lower() == "pytorch_op:softmax" for f in rep.flags), rep.flags
+
+
+def test_op_keys_join_modules_functions_methods_and_aliases() -> None:
+    from kforge.evaluator.op_names import op_key
+
+    assert op_key("nn.Softmax") == op_key("softmax") == op_key("Tensor.softmax_")
+    assert op_key("BatchNorm2d") == op_key("F.batch_norm") and op_key("MSELoss") == op_key("mse_loss")
+    assert op_key("torch.clip") == op_key("clamp") and op_key("bmm") == op_key("matmul")
+    assert op_key("LogSoftmax") == op_key("log_softmax") != op_key("softmax")
+    assert op_key("ReLU") == op_key("relu") != op_key("LeakyReLU")
+
+
+def test_outputs_no_kernel_of_the_candidates_wrote_are_flagged() -> None:
+    from kforge.evaluator.guard import Launch, summarize
+    from kforge.evaluator.judge import flags_from_evidence
+
+    copy = Launch(True, "copy_kernel", [(0, 100), (100, 200)])  # x -> y
+    ev = summarize([copy], [(0, 100), (300, 400)], [(300, 400)])  # the output was made elsewhere
+    assert ev["kernels_on_data"] == 1 and ev["outputs_unwritten"] == 1
+    assert "output_not_from_kernel" in flags_from_evidence([ev])
+    honest = summarize([copy], [(0, 100), (100, 200)], [(150, 200)])  # a view of what the kernel wrote
+    assert honest["outputs_unwritten"] == 0 and flags_from_evidence([honest]) == []
+
+
+def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_copy_out() -> None:
+    """weakref_callback.py's mechanism, in-process: forward returns an uncomputed output and hangs the work on a
+    WeakIdRef callback of its input. The harness once let the inputs go (`del inputs`) before the copy-out, so
+    the callback filled the output in time; now the copy holds what the window computed, the inputs go only
+    at the next request, and a timed call answers with its own launch evidence after marking its window."""
+    import types
+
+    from torch.utils.weak import WeakIdRef
+
+    from kforge.evaluator import protocol as P
+    from kforge.evaluator.arena import Arena
+    from kforge.evaluator.guard import Guard
+    from kforge.evaluator.loop import RequestLoop, make_inputs
+
+    hung, made = [], []
+
+    class Lazy(torch.nn.Module):
+        def forward(self, x):
+            y = torch.zeros_like(x)
+            alias = torch.empty(0).set_(x.untyped_storage(), x.storage_offset(), x.size(), x.stride())
+            hung.append(WeakIdRef(x, lambda _ref: y.copy_(alias.clamp(min=0))))
+            made.append(y)
+            return y
+
+    problem = types.ModuleType("p")
+    problem.get_inputs = lambda: [torch.randn(8)]
+    arena, (rfd, wfd) = Arena(32, sealed=True), os.pipe()
+    loop = RequestLoop(Lazy(), problem, "cpu", wfd, -1, arena.fd, guard=Guard("/nonexistent/candidate.py"))
+    try:
+        msg = loop.timed({"seed": 7, "slots": [[0, 32]], "size": 32})
+        copied = torch.frombuffer(bytearray(loop.arena.mm[:32]), dtype=torch.float32)
+        assert torch.count_nonzero(copied) == 0  # the callback had not run when the outputs were copied
+        assert msg["evidence"]["kernels"] == 0 and msg["ms"] > 0
+        loop.kept = None  # what the next request does first
+        x = make_inputs(problem, 7, False, "cpu")[0]
+        assert torch.equal(made[0], x.clamp(min=0))  # the callback ran now: after the parent read the copy
+        frames = os.read(rfd, 1 << 16)
+        assert P.WINDOW.encode() in frames  # the window's end was marked before the copy-out
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+        arena.close()
+
+
+@pytest.mark.skipif(not confine.seccomp_available(), reason="needs libseccomp")
+def test_the_lock_down_filter_refuses_processes_exec_and_system_v_ipc_but_not_threads() -> None:
+    """confine.apply_no_spawn in a forked process: fork, exec, libc's system() and shmget fail with EPERM
+    whoever asks, while a thread still starts (clone3 says ENOSYS, so the C library uses clone)."""
+    import ctypes
+    import threading
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child reports through the pipe
+        out = {}
+        try:
+            out["applied"] = confine.apply_no_spawn()[0]
+            try:
+                os.fork()
+                out["fork"] = "allowed"
+            except OSError as exc:
+                out["fork"] = exc.errno
+            try:
+                os.execv("/bin/true", ["true"])
+            except OSError as exc:
+                out["exec"] = exc.errno
+            libc = ctypes.CDLL(None, use_errno=True)
+            out["system"] = libc.system(b"exit 0")
+            out["shmget"] = (libc.shmget(0, 4096, 0o1600), ctypes.get_errno())
+            box = []
+            t = threading.Thread(target=lambda: box.append(1))
+            t.start()
+            t.join()
+            out["thread"] = box == [1]
+        finally:
+            os.write(wfd, json.dumps(out).encode())
+            os._exit(0)
+    os.close(wfd)
+    os.waitpid(pid, 0)
+    with os.fdopen(rfd) as fh:
+        out = json.loads(fh.read())
+    import errno
+
+    assert out["applied"] and out["thread"], out
+    assert out["fork"] == errno.EPERM and out["exec"] == errno.EPERM and out["system"] != 0, out
+    assert out["shmget"] == [-1, errno.EPERM], out

@@ -14,7 +14,8 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import protocol as P
 from kforge.evaluator.coverage import cuda_kernel_names, is_own, kernel_coverage, qualified_name
 from kforge.evaluator.judge import (EDGE, Clock, check_samples, check_timing, compare_positions, flags_from_evidence,
-                                    judge_trials, meta_bytes, meta_mismatch, parent_ms_per_call, sample_positions)
+                                    judge_trials, meta_bytes, meta_mismatch, parent_ms_per_call, sample_positions,
+                                    timed_evidence_flags)
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.wire import FrameReader, WireError, decode, encode, send_frame
 
@@ -612,3 +613,51 @@ def test_tritons_generated_binder_is_not_the_candidate_but_other_run_time_code_i
     other: dict = {}
     exec("def __init__():\n    return sys._getframe(0)\n", {"sys": sys}, other)
     assert asker_is_candidate(launcher["run"](other["__init__"]), cand, stdlib, triton_dir)
+
+
+def test_work_after_the_window_is_caught_and_the_slack_does_not_grow_with_the_copy_out() -> None:
+    """A big output: ~50 ms of copy-out around a 1 ms kernel. The flag's slack was half the reference's whole
+    overhead (copy-out included, ~25 ms): work moved after the window hid in it. The child now marks its
+    window's end; the slack comes from the set-up before it, and the time after it is compared apart."""
+    cfg = EvaluatorConfig()
+    ref = Clock(wall_ms=[51.5] * 10, reported_ms=[1.0] * 10, window_ms=[1.5] * 10)
+    honest = Clock(wall_ms=[51.8] * 10, reported_ms=[1.0] * 10, window_ms=[1.6] * 10)
+    assert check_timing(honest, ref, cfg).consistent
+    moved = Clock(wall_ms=[52.5] * 10, reported_ms=[0.01] * 10, window_ms=[0.6] * 10)  # 1 ms after the window
+    unmarked = check_timing(Clock(moved.wall_ms, moved.reported_ms), Clock(ref.wall_ms, ref.reported_ms), cfg)
+    assert unmarked.consistent  # without the mark: lost in the copy-out's share of the slack
+    check = check_timing(moved, ref, cfg)
+    assert not check.consistent and "after the window" in check.reason
+    before = Clock(wall_ms=[52.5] * 10, reported_ms=[0.01] * 10, window_ms=[2.5] * 10)  # 1 ms before the window
+    assert not check_timing(before, ref, cfg).consistent
+
+
+class _ScriptedChild:
+    """A child that answers every timed call: WINDOW, then TIMED; it records the requests."""
+
+    arena = None
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+
+    def ask(self, request, expect, deadline, max_bytes):
+        if request is not None:
+            self.requests.append(request)
+        return {"type": expect, "ms": 1.0, "plain": [], "evidence": {"kernels": 1, "kernels_on_data": 1},
+                "coverage": 0.5 if request is None and self.requests[-1]["profile"] else None}
+
+    def read(self, meta, slots, where, plain):
+        return [len(self.requests)]
+
+
+def test_the_profiled_call_is_a_timed_call_whose_outputs_are_read_and_whose_time_is_left_out() -> None:
+    from kforge.evaluator import drive
+
+    child, answers = _ScriptedChild(), []
+    clock, samples = drive.timed_calls(child, [11, 12, 13, 14], [None], [None], [None] * 4, 1e12, 2, answers)
+    assert [r["profile"] for r in child.requests] == [False, False, True, False]
+    assert samples == [[1], [2], [3], [4]]  # the profiled call's outputs are read like the others
+    assert len(clock.wall_ms) == len(clock.window_ms) == len(clock.reported_ms) == 3
+    assert answers[2]["coverage"] == 0.5 and timed_evidence_flags(answers) == []
+    assert timed_evidence_flags(answers + [{"evidence": {"kernels": 0, "kernels_on_data": 0}}]) != []
+    assert timed_evidence_flags([{}]) == ["timed_call_without_kernel"]  # no evidence shows no kernel

@@ -3,7 +3,10 @@
 Landlock limits which files the child may write (its scratch folder, device nodes it needs) and, with
 reads restricted, which it may read; on ABI 4 it denies TCP bind/connect and on ABI 6 signals and
 abstract sockets outside the sandbox. seccomp denies internet sockets, ptrace and cross-process memory
-access. Both only through ctypes and raw syscalls, and both degrade alone when the kernel refuses them.
+access. Once the set-up is over (`lock_down`, when the parent says), a second filter denies exec, new
+processes and System V IPC, and a second Landlock layer drops what only the set-up read: the in-process
+layers are early refusals, these hold whatever library frame asks. Both only through ctypes and raw
+syscalls, and both degrade alone when the kernel refuses them.
 """
 
 from __future__ import annotations
@@ -170,37 +173,83 @@ _SCMP_CMP_EQ = 4
 _AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
 
 
+_SCMP_CMP_MASKED_EQ = 7
+_CLONE_THREAD = 0x00010000
+
+
+def _load_filter(lib: ctypes.CDLL, rules: list[tuple[int, str, tuple[tuple[int, int, int, int], ...]]]) -> tuple[bool, str]:
+    """Add one seccomp filter: each rule is (action, syscall name, argument comparisons (arg, op, a, b))."""
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        return False, "seccomp_init failed"
+    try:
+        for action, name, cmps in rules:
+            nr = lib.seccomp_syscall_resolve_name(name.encode())
+            if nr < 0:
+                continue
+            arr = (_ArgCmp * max(len(cmps), 1))(*[_ArgCmp(*c) for c in cmps])
+            if lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr if cmps else None) != 0:
+                return False, f"seccomp rule for {name}"
+        if lib.seccomp_load(ctx) != 0:
+            return False, "seccomp_load failed"
+    finally:
+        lib.seccomp_release(ctx)
+    return True, ""
+
+
+def _errno(code: int) -> int:
+    return 0x00050000 | code  # SCMP_ACT_ERRNO(code)
+
+
 def apply_seccomp() -> tuple[bool, str]:
     """Deny internet sockets, ptrace, cross-process memory access and clearing the death signal."""
     lib = _libseccomp()
     if lib is None:
         return False, "libseccomp not found"
-    eperm = 0x00050000 | errno.EPERM
-    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
-    if not ctx:
-        return False, "seccomp_init failed"
-    try:
-        def rule(name: str, *cmps: tuple[int, int]) -> None:
-            nr = lib.seccomp_syscall_resolve_name(name.encode())
-            if nr < 0:
-                return
-            arr = (_ArgCmp * max(len(cmps), 1))(*[_ArgCmp(a, _SCMP_CMP_EQ, v, 0) for a, v in cmps])
-            if lib.seccomp_rule_add_array(ctx, eperm, nr, len(cmps), arr if cmps else None) != 0:
-                raise OSError(f"seccomp rule for {name}")
+    eperm = _errno(errno.EPERM)
+    rules = [(eperm, "socket", ((0, _SCMP_CMP_EQ, family, 0),)) for family in (_AF_INET, _AF_INET6, _AF_PACKET)]
+    rules += [(eperm, name, ()) for name in ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+                                             "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key")]
+    rules.append((eperm, "prctl", ((0, _SCMP_CMP_EQ, PR_SET_PDEATHSIG, 0),)))
+    ok, why = _load_filter(lib, rules)
+    return ok, why or "seccomp: no AF_INET/AF_INET6/AF_PACKET sockets, no ptrace/process_vm_*"
 
-        for family in (_AF_INET, _AF_INET6, _AF_PACKET):
-            rule("socket", (0, family))
-        for name in ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "bpf",
-                     "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key"):
-            rule(name)
-        rule("prctl", (0, PR_SET_PDEATHSIG))
-        if lib.seccomp_load(ctx) != 0:
-            return False, "seccomp_load failed"
-    except OSError as exc:
-        return False, str(exc)
-    finally:
-        lib.seccomp_release(ctx)
-    return True, "seccomp: no AF_INET/AF_INET6/AF_PACKET sockets, no ptrace/process_vm_*"
+
+def apply_no_spawn() -> tuple[bool, str]:
+    """A second filter, for the candidate once nothing it legitimately runs needs a process: no exec, no
+    new process (clone without CLONE_THREAD, fork, vfork; clone3, whose flags a filter cannot read, says
+    ENOSYS, so the C library falls back to clone for threads) and no System V IPC. Whatever library frame
+    asks (a shell through torch's Popen, libc's system() through ctypes), the kernel refuses it."""
+    lib = _libseccomp()
+    if lib is None:
+        return False, "libseccomp not found"
+    eperm = _errno(errno.EPERM)
+    rules = [(eperm, name, ()) for name in ("execve", "execveat", "fork", "vfork", "shmget", "shmat", "msgget",
+                                             "semget")]
+    rules.append((eperm, "clone", ((0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0),)))
+    rules.append((_errno(errno.ENOSYS), "clone3", ()))
+    ok, why = _load_filter(lib, rules)
+    return ok, why or "seccomp: no exec, no new process, no System V IPC"
+
+
+def lock_down(spec: dict) -> dict:
+    """The child's rules from the moment the parent chose (READY, or after the first trial on a GPU, where
+    Triton runs ptxas at a kernel's first launch): processes left from before are killed (as PID 1 of its
+    own PID namespace, kill(-1) reaches only those), no new process or exec, and a second Landlock layer
+    whose reads leave out what only the set-up needed. Returns what was applied."""
+    applied: dict = {}
+    if os.getpid() == 1:
+        try:
+            os.kill(-1, 9)
+        except ProcessLookupError:
+            pass
+        applied["killed_leftovers"] = True
+    if spec.get("landlock"):
+        applied["landlock"] = list(apply_landlock(spec["writable"], spec.get("readable"), net=spec.get("net", True),
+                                                  scope=spec.get("scope", True)))
+    if spec.get("seccomp"):
+        applied["seccomp"] = list(apply_no_spawn())
+    return applied
 
 
 # ---------------------------------------------------------------------------------------------

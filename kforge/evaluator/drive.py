@@ -48,21 +48,35 @@ def trial(child: Child, k: int, seed: int, signed: bool, meta: list[Any] | None,
 
 
 def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any], positions: list[list[Any]],
-                deadline: float) -> tuple[Clock, list[list[Any]]]:
+                deadline: float, profile_at: int | None = None,
+                answers: list[dict[str, Any]] | None = None) -> tuple[Clock, list[list[Any]]]:
     """One `time` request per call on the parent's seeds; the parent's clock runs from each request to the
     end of reading that call's outputs, so work the child moves out of its own window, skips and redoes
-    when copying out, or defers, is counted. Returns the clock and, per call, the values at that call's own `positions`."""
-    clock = Clock([], [])
+    when copying out, or defers, is counted, and it notes when the child said its window ended (before the
+    copy-out). Returns the clock and, per call, the values at that call's own `positions`; each answer
+    (launch evidence, coverage) goes to `answers`. Call `profile_at` runs under the profiler: its outputs
+    are read and checked like any other's, its time is left out of the clock."""
+    clock = Clock([], [], [])
     samples: list[list[Any]] = []
     size = child.arena.size if child.arena is not None else 0
-    for seed, where in zip(seeds, positions, strict=True):
+    for i, (seed, where) in enumerate(zip(seeds, positions, strict=True)):
+        profiled = i == profile_at
         t0 = time.perf_counter()
-        timed = ask(child, {"op": P.OP_TIME, "seed": seed, "slots": slots, "size": size}, P.TIMED, deadline)
+        ask(child, {"op": P.OP_TIME, "seed": seed, "slots": slots, "size": size, "profile": profiled}, P.WINDOW,
+            deadline)
+        t1 = time.perf_counter()
+        timed = ask(child, None, P.TIMED, deadline)
         plain = timed.get("plain") if isinstance(timed.get("plain"), list) else []
         samples.append(child.read(meta, slots, where, plain))
-        clock.wall_ms.append((time.perf_counter() - t0) * 1e3)
+        t2 = time.perf_counter()
+        if answers is not None:
+            answers.append(timed)
+        if profiled:
+            continue
         reported = timed.get("ms")
         if isinstance(reported, bool) or not isinstance(reported, (int, float)):
             raise ProtocolViolation("a timed call without its time")
+        clock.wall_ms.append((t2 - t0) * 1e3)
+        clock.window_ms.append((t1 - t0) * 1e3)
         clock.reported_ms.append(float(reported))
     return clock, samples

@@ -3,11 +3,11 @@
 Stages, each with one budget fixed by the parent when the stage starts (nothing the child sends
 extends it): import/compile -> correctness trials (the parent's seeds, in the parent's order, one
 answer per request, outputs read by the parent from the arena) -> timed calls on fresh inputs, with the
-parent's clock around each and the outputs of every call read at secret positions -> profile (GPU).
-Among the trials, at a random place, the decoy trial (Triton: the same problem without the candidate's
-kernels). Timing runs only for a correct, unflagged candidate, the profile for every correct one (a
-flagged one's coverage is still evidence); on a GPU both under the device's timing lock, released on
-every path.
+parent's clock around each, each call's own launch evidence and the outputs of every call read at
+secret positions; on a GPU one of them, at a random place, profiled. Among the trials, at a random place,
+the decoy trial (Triton: the same problem without the candidate's kernels). Timing runs only for a
+correct, unflagged candidate; a flagged correct one gets one profile request (its coverage is still
+evidence); on a GPU both under the device's timing lock, released on every path.
 
 What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
 protocol before the child reported READY is a compile error, whatever the child called it or did; after
@@ -30,7 +30,8 @@ from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.feedback import clean_error
-from kforge.evaluator.judge import check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call
+from kforge.evaluator.judge import (check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call,
+                                    timed_evidence_flags)
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
 
@@ -61,11 +62,14 @@ class Examination:
         self.stage = "import"
         self.child: Child | None = None
         self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
+        self.profiled = False  # coverage came from one of the timed calls
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
-                    "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
+                    "build_dir": build_dir, "audit_hook": self.cfg.audit_hook,
+                    # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over.
+                    "lock_after": "first_trial" if backend == "triton" and self.slot.on_gpu else "ready"}
         self.writable = [build_dir] if build_dir else []
         self._spawn()
         assert self.child is not None
@@ -77,7 +81,7 @@ class Examination:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
                     if not self.v.flags:
                         self._timing()
-                    if wants_profile(self.v):
+                    if wants_profile(self.v) and not self.profiled:
                         self._profile()
             self.child.send({"op": P.OP_BYE})
         except _Stop:
@@ -113,6 +117,12 @@ class Examination:
         self.durations.update({k: float(x) for k, x in dict(ready.get("durations") or {}).items()})
         self.v.compile_s += self.durations.get("import_s", 0.0) + self.durations.get("init_s", 0.0)
         self.ready_evidence.append(dict(ready.get("evidence") or {}))
+        self._note_lockdown(self.ready_evidence[-1])
+
+    def _note_lockdown(self, evidence: dict[str, Any]) -> None:
+        """What the child says it locked down (confine.lock_down), shown with the sandbox's layers."""
+        if "lockdown" in evidence:
+            self.v.details.setdefault("sandbox", {})["lockdown"] = evidence["lockdown"]
 
     def _trials(self, decoy: bool) -> None:
         """The correctness trials in the parent's order, the decoy trial among them at a random place
@@ -141,6 +151,7 @@ class Examination:
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
             evidence[k] = dict(ans.get("evidence") or {})
+            self._note_lockdown(evidence[k])
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
         self.durations["correctness_s"] = time.monotonic() - t0
@@ -165,15 +176,26 @@ class Examination:
         deadline = t0 + cfg.timing_timeout_s
         drive.ask(self.child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
         order = list(range(len(ref.timing_seeds)))
-        random.Random().shuffle(order)  # fresh inputs per call, in an order the child cannot predict
+        rng = random.Random()
+        rng.shuffle(order)  # fresh inputs per call, in an order the child cannot predict
+        # The profiled call is one of the timed calls, at a place no count of calls tells.
+        profile_at = rng.randrange(len(order)) if wants_profile(self.v) and len(order) > 1 else None
+        answers: list[dict[str, Any]] = []
         clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
-                                       [ref.positions[i] for i in order], deadline)
+                                       [ref.positions[i] for i in order], deadline, profile_at, answers)
         self.durations["timing_s"] = time.monotonic() - t0
+        if profile_at is not None:
+            self.profiled = True
+            cov = answers[profile_at].get("coverage")
+            self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
         mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
         if mismatch:
             self.v.flags.append("timed_output_mismatch")
             self.v.details["reason"] = "outputs of the timed calls were wrong: " + mismatch
             return
+        if timed_evidence_flags(answers):  # the trials' kernels must be what was timed
+            self.v.flags.append("timed_call_without_kernel")
+            self.v.details["reason"] = "a timed call ran none of the candidate's kernels on its data"
         if ref.clock is None:
             return
         self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
@@ -187,14 +209,16 @@ class Examination:
         if not check.consistent:
             self.v.flags.append("timing_inconsistent")
             self.v.details["reason"] = check.reason
+        if self.v.flags:
             return
         if self.v.timing_meaningful:
             self.v.timings = timings_from(clock.reported_ms)
             self.v.kernel_ms = check.kernel_ms
 
     def _profile(self) -> None:
-        """GPU-time coverage of one call, for every correct candidate, flagged or not: one whose own
-        kernels did none of the GPU work (decoy.py, flagged kernel_not_needed) has coverage 0, not None."""
+        """GPU-time coverage of one call, for a correct candidate whose timed calls did not measure it (a
+        flagged one is not timed): one whose own kernels did none of the GPU work (decoy.py, flagged
+        kernel_not_needed) has coverage 0, not None."""
         assert self.child is not None
         self.stage = "timing"  # a child that breaks here broke when called again: failed_when_timed
         deadline = time.monotonic() + self.cfg.timing_timeout_s

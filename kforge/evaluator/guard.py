@@ -285,9 +285,15 @@ def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
         attr = getattr(mod, name)
         if callable(attr) and not name.startswith("_"):
             def call(*a: Any, __f: Callable[..., Any] = attr, **k: Any) -> Any:
-                launches.append(Launch(True, "", _storage_ranges(a, k)))
+                launch = Launch(True, "", _storage_ranges(a, k))
+                launches.append(launch)
                 _hold(guard, a, k)
-                return __f(*a, **k)
+                out = __f(*a, **k)
+                # What it returns is what it wrote (an extension allocates its outputs itself).
+                outs = list(out) if isinstance(out, (list, tuple)) else [out]
+                launch.ranges += _storage_ranges(outs, {})
+                _hold(guard, outs, {})
+                return out
 
             setattr(proxy, name, call)
         else:
@@ -295,11 +301,16 @@ def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
     return proxy
 
 
-def summarize(launches: list[Launch], trial_ranges: list[tuple[int, int]]) -> dict[str, int]:
-    """Launch evidence for one trial: the candidate's kernels that touched the trial's tensors, and the rest."""
-    def touches(launch: Launch) -> bool:
-        return any(a < e and s < b for a, b in launch.ranges for s, e in trial_ranges)
+def summarize(launches: list[Launch], trial_ranges: list[tuple[int, int]],
+              out_ranges: list[tuple[int, int]] | None = None) -> dict[str, int]:
+    """Launch evidence for one call: the candidate's kernels that touched the call's tensors, the rest, and
+    how many outputs no kernel of the candidate's was handed (or returned): PyTorch made those, whatever
+    kernel ran before (a copy kernel, then `nn.Softmax(dim=-1)(y)`)."""
+    def touches(launch: Launch, ranges: list[tuple[int, int]]) -> bool:
+        return any(a < e and s < b for a, b in launch.ranges for s, e in ranges)
 
     own = [launch for launch in launches if launch.candidate]
-    on_data = sum(1 for launch in own if touches(launch))
-    return {"kernels": len(own), "kernels_on_data": on_data, "foreign": len(launches) - len(own)}
+    on_data = sum(1 for launch in own if touches(launch, trial_ranges))
+    unwritten = sum(1 for r in out_ranges or [] if not any(touches(launch, [r]) for launch in own))
+    return {"kernels": len(own), "kernels_on_data": on_data, "foreign": len(launches) - len(own),
+            "outputs_unwritten": unwritten}

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from kforge.evaluator import confine
 from kforge.evaluator import guard as guard_mod
 from kforge.evaluator import protocol as P
 from kforge.evaluator.coverage import cuda_kernel_names
@@ -204,6 +205,11 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     durations["init_s"] = _perf() - t0
     loop = RequestLoop(model, problem, device, wfd, rfd, job.get("arena_fd"), guard,
                       lambda: _changed(identities, guard))
+    spec = job.get("lockdown")
+    if spec is not None:  # the parent says when: at READY, or (Triton on a GPU) after the first trial
+        loop.lock = lambda: confine.lock_down(spec)
+        if job.get("lock_after") != "first_trial":
+            loop.lock_now()
     send_message(wfd, {"type": P.READY, "durations": durations, "evidence": loop.evidence()})
     loop.serve()
 

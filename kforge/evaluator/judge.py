@@ -52,6 +52,18 @@ def judge_trials(trials: list[tuple[int, bool]], answers: list[Any], expected: l
     return f
 
 
+def timed_evidence_flags(answers: list[dict[str, Any]]) -> list[str]:
+    """`timed_call_without_kernel` when a timed call's own launch evidence shows no kernel of the candidate's
+    on its data, or an output none of them wrote: the trials' kernels must be what was timed (a candidate
+    that counts its calls answered the timed ones with PyTorch alone). An answer without evidence shows none."""
+    for ans in answers:
+        ev = ans.get("evidence")
+        ev = ev if isinstance(ev, dict) else {}
+        if int(ev.get("kernels_on_data", 0) or 0) == 0 or int(ev.get("outputs_unwritten", 0) or 0) > 0:
+            return ["timed_call_without_kernel"]
+    return []
+
+
 def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
     """Flags from what the child reported about itself. Evidence may add flags, never remove one."""
     flags: list[str] = []
@@ -62,6 +74,8 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
             flags.append("no_kernel_launched")
         elif int(ev.get("kernels_on_data", 0) or 0) == 0:
             flags.append("kernel_not_on_trial_data")
+        elif int(ev.get("outputs_unwritten", 0) or 0) > 0:
+            flags.append("output_not_from_kernel")
         if ev.get("aliases_input"):
             flags.append("output_aliases_input")
         flags += [str(p) for p in ev.get("patched", []) or []]
@@ -136,6 +150,24 @@ class Clock:
 
     wall_ms: list[float]
     reported_ms: list[float]
+    # Per call, the request -> the child's WINDOW mark (its window ended, the copy-out not begun). Empty in
+    # a clock from before the mark existed: then the whole wall stands in for it.
+    window_ms: list[float] = field(default_factory=list)
+
+    @property
+    def setup_ms(self) -> float:
+        """Per call: the least the parent saw up to the window's end beyond the window itself (request,
+        inputs, flush, pipes). It holds no copy-out, so a slack made from it does not grow with the outputs."""
+        if len(self.window_ms) != len(self.reported_ms):
+            return self.overhead_ms
+        return min((w - r for w, r in zip(self.window_ms, self.reported_ms)), default=0.0)
+
+    @property
+    def after_ms(self) -> float | None:
+        """Per call: the least time from the window's end to the outputs read (copy-out, answer, freeze, read)."""
+        if not self.window_ms or len(self.window_ms) != len(self.wall_ms):
+            return None
+        return min(w - x for w, x in zip(self.wall_ms, self.window_ms))
 
     @property
     def overhead_ms(self) -> float:
@@ -205,12 +237,21 @@ def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gp
     rep = candidate.reported_ms
     if not rep or len(candidate.wall_ms) != len(rep) or any(not math.isfinite(x) or x <= 0.0 for x in rep):
         return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
-    ratio, slack = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
-    slack += SLACK_SHARE * max(reference.overhead_ms, 0.0)
-    parent = parent_ms_per_call(candidate, reference)
+    ratio, base = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+    split = candidate.after_ms is not None and reference.after_ms is not None
+    slack = base + SLACK_SHARE * max(reference.setup_ms if split else reference.overhead_ms, 0.0)
+    parent = (max(0.0, min(candidate.window_ms) - reference.setup_ms) if split
+              else parent_ms_per_call(candidate, reference))
     mean_rep, med_rep = statistics.fmean(rep), statistics.median(rep)
     consistent = parent <= ratio * min(mean_rep, med_rep) + slack
     floor = parent_floor_ms(candidate, reference) / ratio
     reason = "" if consistent else (f"the reported times (mean {mean_rep:.4g}, median {med_rep:.4g} ms per call) "
                                     f"disagree with the evaluator's clock ({parent:.4g} ms per call)")
+    # From the window's end to the outputs read, the same copy-out of the same outputs runs for both: what
+    # a candidate adds there beyond the loop's slack (no share of the copy-out) is work after its window.
+    # On a CPU, where only a gross disagreement means anything, the reference's time is scaled by the ratio.
+    if consistent and split and candidate.after_ms > reference.after_ms * (1.0 if on_gpu else ratio) + slack:
+        consistent = False
+        reason = (f"{candidate.after_ms:.4g} ms per call from the window's end to the outputs read, the reference "
+                  f"{reference.after_ms:.4g} ms: work after the window")
     return TimingCheck(max(mean_rep, floor), consistent, reason, clamped=floor > mean_rep)

@@ -162,12 +162,16 @@ def explain() -> list[tuple[str, bool, str]]:
         ("Landlock signal scope (cannot signal the trainer)", ll >= 6, f"ABI {ll}" if ll >= 6 else "needs Landlock ABI 6"),
         ("seccomp (no AF_INET/AF_INET6 sockets, no ptrace)", c.seccomp, "libseccomp via ctypes"
          if c.seccomp else "libseccomp.so.2 not found"),
+        ("[kernel] after set-up: no exec, new process or System V IPC; fewer reads", c.seccomp and ll >= 1,
+         "a second seccomp filter and Landlock layer at READY (Triton on a GPU: after the first trial)"
+         if c.seccomp and ll >= 1 else "needs libseccomp and Landlock"),
         ("rlimits DATA/FSIZE/CORE/NPROC (not AS)", True, "RLIMIT_DATA = evaluator.memory_limit_gb"),
         ("scrubbed environment", True, "only PATH, locale and CUDA/compiler variables survive"),
         ("[parent] child text in feedback capped", True, "8 lines of 200 characters, 1200 in all"),
         ("[in-process] static checks", True, "no sys/os/gc/inspect/ctypes/exec/open/dunders/patching/loaders in the source"),
         ("[in-process] audit hook", True, "frames, gc, ctypes, files, processes, sockets refused; no new code or "
          "unpickling with a candidate frame on the stack"),
-        ("[in-process] launch evidence", True, "real triton.jit kernels of the candidate's file, on the trial's tensors"),
+        ("[in-process] launch evidence", True, "real triton.jit kernels of the candidate's file, on the call's tensors, "
+         "writing its outputs, in every trial and timed call"),
     ]
     return rows

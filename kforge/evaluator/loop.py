@@ -10,6 +10,7 @@ here and can rewrite any of it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 import traceback
 import types
@@ -109,11 +110,19 @@ class RequestLoop:
         self.sync: Callable[[], None] = torch.cuda.synchronize if self.on_gpu else (lambda: None)
         self.arena = ArenaWriter(arena_fd, self.on_gpu)
         self.flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=device) if self.on_gpu else None
+        self.kept: Any = None  # the last call's inputs and outputs, let go at the next request
+        self.lock: Callable[[], dict[str, Any]] | None = None  # confine.lock_down, applied once
+        self.locked: dict[str, Any] | None = None
+
+    def lock_now(self) -> None:
+        if self.lock is not None and self.locked is None:
+            self.locked = self.lock()
 
     def evidence(self) -> dict[str, Any]:
         if self.guard is None:
             return {}
-        return {"denied": sorted(set(self.guard.denied)), "patched": self.changed() if self.changed else []}
+        ev = {"denied": sorted(set(self.guard.denied)), "patched": self.changed() if self.changed else []}
+        return ev | ({"lockdown": self.locked} if self.locked is not None else {})
 
     def call(self, inputs: list[Any]) -> list[Any]:
         with _no_grad():
@@ -137,11 +146,12 @@ class RequestLoop:
         finally:
             if self.guard is not None:
                 self.guard.ablate = False
+        self.kept = (inputs, out)  # as in a timed call: let go only once the parent has read them
         self.arena.put(out, req.get("slots"), req.get("size", 0))
         msg: dict[str, Any] = {"type": P.TRIAL, "id": req["id"], "meta": _meta(out), "plain": _plain(out)}
         if self.guard is not None:
             in_ranges, out_ranges = _ranges(inputs), _ranges(out)
-            ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges)
+            ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges, out_ranges)
             ev["aliases_input"] = any(a < e and s < b for a, b in out_ranges for s, e in in_ranges)
             ev["equals_input"] = any(isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and x.shape == o.shape
                                      and x.dtype == o.dtype and bool(torch.equal(x, o)) for o in out for x in inputs)
@@ -159,41 +169,62 @@ class RequestLoop:
         return {"type": P.WARM}
 
     def timed(self, req: dict[str, Any]) -> dict[str, Any]:
-        """One call on fresh inputs; the window holds the call and a whole-device sync. Its outputs go to
-        the arena after the window, before the answer."""
+        """One call on fresh inputs; the window holds the call and a whole-device sync. The child tells the
+        parent the window ended (WINDOW), copies the outputs to the arena and answers with the call's
+        launch evidence. With `profile` (a timed call the parent picked at random: no count tells which)
+        the call runs under the profiler and its time is not used. Inputs and outputs stay referenced
+        until the next request: nothing the candidate hangs on them (a weakref callback) runs before the
+        parent read them."""
         if self.guard is not None:
             del self.guard.launches[:]
+            self.guard.held = []
         inputs = make_inputs(self.problem, int(req["seed"]), False, self.device)
-        if self.flush is not None:
-            self.flush.zero_()
-        self.sync()
-        if self.on_gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = self.call(inputs)
-            end.record()
-            end.synchronize()
-            ms = float(start.elapsed_time(end))
+        ms: float | None = None
+        cov: float | None = None
+        if req.get("profile"):
+            out, cov = self._profiled(inputs)
         else:
-            t0 = _perf()
-            out = self.call(inputs)
-            ms = (_perf() - t0) * 1e3
-        del inputs
+            if self.flush is not None:
+                self.flush.zero_()
+            self.sync()
+            if self.on_gpu:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = self.call(inputs)
+                end.record()
+                end.synchronize()
+                ms = float(start.elapsed_time(end))
+            else:
+                t0 = _perf()
+                out = self.call(inputs)
+                ms = (_perf() - t0) * 1e3
+        send_message(self.wfd, {"type": P.WINDOW})
+        self.kept = (inputs, out)
         self.arena.put(out, req.get("slots"), req.get("size", 0))
-        return {"type": P.TIMED, "ms": ms, "plain": _plain(out)}
+        msg: dict[str, Any] = {"type": P.TIMED, "ms": ms, "plain": _plain(out), "coverage": cov}
+        if self.guard is not None:
+            out_ranges = _ranges(out)
+            msg["evidence"] = guard_mod.summarize(self.guard.launches, _ranges(inputs) + out_ranges, out_ranges)
+            self.guard.held = None
+            del self.guard.launches[:]
+        return msg
 
-    def profile(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _profiled(self, inputs: list[Any]) -> tuple[list[Any], float | None]:
+        """One call under the profiler: its outputs, and the share of GPU time in the candidate's kernels."""
         if not self.on_gpu or self.guard is None:
-            return {"type": P.PROFILE, "coverage": None}
+            return self.call(inputs), None
         from torch.profiler import ProfilerActivity, profile
 
-        inputs = make_inputs(self.problem, int(req["seed"]), False, self.device)
         start = len(self.guard.launches)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            self.call(inputs)
+            out = self.call(inputs)
         names = {launch.name for launch in self.guard.launches[start:] if launch.candidate and launch.name}
         names |= self.guard.cuda_kernels
-        cov = kernel_coverage(kernel_times(prof.key_averages()), names, self.guard.cuda_namespaces)
+        return out, kernel_coverage(kernel_times(prof.key_averages()), names, self.guard.cuda_namespaces)
+
+    def profile(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A flagged candidate's coverage (it is not timed): one call under the profiler."""
+        _, cov = self._profiled(make_inputs(self.problem, int(req["seed"]), False, self.device))
         return {"type": P.PROFILE, "coverage": cov}
 
     def serve(self) -> None:
@@ -201,15 +232,21 @@ class RequestLoop:
                     P.OP_PROFILE: self.profile}
         while True:
             req = read_pickle_blocking(self.rfd)
+            self.kept = None  # the last call's inputs and outputs go now: the parent has read that call
             op = req.get("op")
             if op == P.OP_COMPILE:  # reference only: the torch.compile baseline
                 self.model = torch.compile(self.model)
                 continue
             if op not in handlers:  # OP_BYE
                 return
+            collecting = gc.isenabled()
+            gc.disable()  # no finaliser runs from a window's end to the answer (a cycle's weakref callback)
             try:
                 msg = handlers[op](req)
             except BaseException as exc:  # noqa: BLE001 - reported to the parent
                 send_error(self.wfd, op, category(exc), exc)
                 return
             send_message(self.wfd, msg)
+            if collecting:
+                gc.enable()
+            self.lock_now()  # a no-op once applied; Triton on a GPU compiled its kernels in the first trial

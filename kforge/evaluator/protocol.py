@@ -5,8 +5,9 @@ Order (the parent drives, one request at a time, and accepts only the answer it 
     child  -> READY     {durations, evidence}                      (after import and model build)
     parent -> trial     {id, seed, signed, slots, ablate}   child -> TRIAL {id, meta, plain, evidence}
     parent -> warmup    {seeds}                             child -> WARM                 (fresh inputs)
-    parent -> time      {seed, slots}                       child -> TIMED {ms, plain}    (one call, fresh inputs)
-    parent -> profile   {seed}                              child -> PROFILE {coverage}   (GPU)
+    parent -> time      {seed, slots, profile}              child -> WINDOW {}            (its window ended)
+                                                            child -> TIMED {ms, plain, evidence, coverage}
+    parent -> profile   {seed}                              child -> PROFILE {coverage}   (GPU, flagged only)
     parent -> bye
 
 Outputs never travel in a message. Before it answers a `trial` or a `time` request the child copies
@@ -25,6 +26,7 @@ import ast
 
 # child -> parent
 READY, TRIAL, WARM, TIMED, PROFILE, BUILT, ERROR = ("ready", "trial", "warm", "timed", "profile", "built", "error")
+WINDOW = "window"  # a timed call's window ended: the parent's clock splits there (before the copy-out)
 # parent -> child
 OP_TRIAL, OP_WARMUP, OP_TIME, OP_PROFILE, OP_COMPILE, OP_BYE = ("trial", "warmup", "time", "profile", "compile", "bye")
 

@@ -43,6 +43,9 @@ ENV_KEEP = (
 # service credentials).
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "localtime", "passwd", "group",
              "nsswitch.conf", "alternatives", "nvidia")
+# What of /etc stays readable once the child is locked down (confine.lock_down): the loader (CUDA and
+# Triton open libraries late) and the compilers' links; the user list and the time zone were read at set-up.
+ETC_AFTER_SETUP = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "alternatives", "nvidia")
 
 
 def clean_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
@@ -191,7 +194,7 @@ def apply_rlimits(memory_bytes: int, fsize_bytes: int = 4 << 30, nproc: int = 40
         lower(resource.RLIMIT_NPROC, nproc)
 
 
-def readable_roots(extra: list[str]) -> list[str]:
+def readable_roots(extra: list[str], etc: tuple[str, ...] = ETC_FILES) -> list[str]:
     """The trees a child may read when reads are restricted: system folders and the Python installation.
 
     Not `/`, not the kforge checkout (built-in solutions, runs), not kforge's caches (reference
@@ -200,7 +203,7 @@ def readable_roots(extra: list[str]) -> list[str]:
     kforge_root = str(Path(__file__).resolve().parents[2])
     roots = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt", "/dev", "/proc", "/sys",
              sys.prefix, sys.base_prefix, sys.exec_prefix]
-    roots += [os.path.join("/etc", name) for name in ETC_FILES] + sorted(glob.glob("/run/nvidia*"))
+    roots += [os.path.join("/etc", name) for name in etc] + sorted(glob.glob("/run/nvidia*"))
     roots += [p for p in sys.path if p and os.path.isdir(p)]
     roots.append(os.path.dirname(os.path.realpath(sys.executable)))
     roots += extra

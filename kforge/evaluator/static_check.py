@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from kforge.evaluator.hidden_lookup import hidden_lookups
 from kforge.evaluator.native_source import compiler_text
+from kforge.evaluator.op_names import op_key, same_op
 
 # CPython 3.11's parser keeps recursion bookkeeping that concurrent parses from several threads can
 # corrupt ("AST constructor recursion depth mismatch"); the pool parses from its worker threads.
@@ -72,7 +73,8 @@ _BANNED_SUBMODULES = ("torch.multiprocessing", "torch.hub", "torch.package", "to
 _BANNED_PATHS = _BANNED_SUBMODULES + (
     "torch.load", "torch.save", "torch.jit.load", "torch.jit.save", "numpy.load", "numpy.loads", "numpy.save",
     "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.loadtxt", "numpy.genfromtxt",
-    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource",
+    "numpy.fromfile", "numpy.fromregex", "numpy.memmap", "numpy.DataSource", "numpy.ctypeslib", "torch.from_file",
+    "torch.utils.collect_env",
     # Attribute lookup by a name written as text: `attrgetter("__closure__")` is `f.__closure__`.
     "operator.attrgetter", "operator.methodcaller")
 _BANNED_METHODS = frozenset({"tofile", "dump"})  # ndarray methods that pickle or write files
@@ -168,7 +170,7 @@ def _banned_path(full: str) -> bool:
 
 class _CandidateVisitor(ast.NodeVisitor):
     def __init__(self, ref_ops: set[str], aliases: dict[str, str]) -> None:
-        self.ref_ops = ref_ops
+        self.ref_ops = {op_key(o) for o in ref_ops}  # one key per op, however it is spelled (op_names.py)
         self.aliases = aliases  # local name -> module or object path, from the import statements
         self.report = StaticReport()
         self.banned_lines: set[int] = set()
@@ -176,7 +178,6 @@ class _CandidateVisitor(ast.NodeVisitor):
         self.docstrings: set[int] = set()  # ids of the string constants that are statements of their own
         self.native: set[int] = set()  # ids of the string constants that only reach load_inline (C/CUDA source)
         self.in_kernel = 0
-        self.class_stack: list[str] = []
         self.func_stack: list[str] = []
         self.layer_ctor: dict[str, str] = {}  # self.<attr> -> nn layer name, from ModelNew.__init__
 
@@ -187,9 +188,7 @@ class _CandidateVisitor(ast.NodeVisitor):
                 self._ban("a torch.Tensor subclass (its values could be computed lazily)", node)
             if _dotted(base).rsplit(".", 1)[-1] == "Model":
                 self.report.flags.append("subclasses_reference_model")
-        self.class_stack.append(node.name)
         self.generic_visit(node)
-        self.class_stack.pop()
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         if node.name in _HOOK_METHODS:
@@ -218,16 +217,15 @@ class _CandidateVisitor(ast.NodeVisitor):
                 self.report.flags.append(f"patches:{name}")
             if self._in_init() and name.startswith("self.") and isinstance(node.value, ast.Call):
                 ctor = _dotted(node.value.func)
-                if ctor.split(".")[0] in ("nn", "torch") and ctor.rsplit(".", 1)[-1][:1].isupper():
+                if _resolve(ctor, self.aliases).startswith("torch.") and ctor.rsplit(".", 1)[-1][:1].isupper():
                     self.layer_ctor[name.split(".", 1)[1]] = ctor.rsplit(".", 1)[-1]
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         name = _dotted(node.func)
         leaf = name.rsplit(".", 1)[-1]
-        if leaf == "load_inline" or leaf == "load":
-            if name.endswith("load_inline") or "cpp_extension" in name:
-                self.report.kernels.append("load_inline")
+        if leaf in ("load_inline", "load") and (name.endswith("load_inline") or "cpp_extension" in name):
+            self.report.kernels.append("load_inline")
         if name in ("getattr", "setattr", "hasattr"):
             literal = len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
             target = _dotted(node.args[0]) if node.args else ""
@@ -242,27 +240,27 @@ class _CandidateVisitor(ast.NodeVisitor):
         if not self.in_kernel and not self._in_init():
             if name.startswith("self.") and name.count(".") == 1 and name[5:] in self.layer_ctor:
                 layer = self.layer_ctor[name[5:]]
-                if layer in self.ref_ops and layer not in GLUE_OPS:
+                if same_op(layer, self.ref_ops) and layer not in GLUE_OPS:
                     self.report.flags.append(f"pytorch_op:{layer}")
             else:
                 self._flag_op(name)
         self.generic_visit(node)
 
     def _flag_op(self, name: str) -> None:
-        """`pytorch_op:<op>` when `name` (a call or a reference) is the problem's PyTorch op: a torch
-        function reached through the imports under whatever local name (`F.softmax`, `from torch import
-        relu as r`), or a method of a tensor (`x.relu`). `math.sqrt` in a launch argument is not."""
+        """`pytorch_op:<name>` when `name` (a call or a reference) is one of the problem's ops by any spelling
+        (op_names.py) reached through torch's imports (`nn.Softmax`, `from torch import relu as r`) or a tensor
+        method (`x.relu_`); `math.sqrt` in a launch argument is not."""
         if not name or name.startswith("self.") or "()" in name:
             return
         resolved = _resolve(name, self.aliases)
         leaf = (resolved or name).rsplit(".", 1)[-1]
-        if leaf not in self.ref_ops or leaf in GLUE_OPS:
+        if not same_op(leaf, self.ref_ops) or leaf in GLUE_OPS:
             return
         if resolved.startswith("torch") or (not resolved and "." in name):
             self.report.flags.append(f"pytorch_op:{leaf}")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if isinstance(node.op, ast.MatMult) and not self.in_kernel and "matmul" in self.ref_ops:
+        if isinstance(node.op, ast.MatMult) and not self.in_kernel and same_op("matmul", self.ref_ops):
             self.report.flags.append("pytorch_op:matmul")
         self.generic_visit(node)
 

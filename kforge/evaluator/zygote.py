@@ -108,12 +108,19 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: i
                                                      scope=req.get("landlock_scope", True))
     if req.get("seccomp", True):
         applied["seccomp"] = confine.apply_seccomp()
+    # The harness applies these when the parent said (confine.lock_down): no process, exec or file the
+    # set-up needed stays open to the candidate's library calls.
+    lockdown = {"landlock": req.get("landlock", True) and req.get("restrict_reads", True), "writable": writable,
+                "readable": sandbox.readable_roots(req.get("readable", []), sandbox.ETC_AFTER_SETUP),
+                "net": req.get("landlock_net", True), "scope": req.get("landlock_scope", True),
+                "seccomp": req.get("seccomp", True)}
     sandbox.apply_rlimits(int(req["memory_bytes"]))
     faulthandler.enable(file=sys.stderr)
     try:
         job = read_pickle_blocking(rfd)
         job["scratch"] = scratch
         job["arena_fd"] = afd
+        job["lockdown"] = lockdown
         send_message(wfd, {"type": "sandbox", "applied": applied})
         harness.JOBS[req["kind"]](job, wfd, rfd)
     except BaseException as exc:  # noqa: BLE001 - last resort: tell the parent, then die quietly

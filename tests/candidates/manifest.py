@@ -75,8 +75,29 @@ def get_init_inputs():
     return []
 '''
 
+# KernelBench's softmax (level 1, 23) at a small size: the reference spells the op `torch.softmax`.
+SOFTMAX = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 PROBLEMS = {"relu": (1, 9001, "9001_Tiny_ReLU", RELU), "scale": (1, 9002, "9002_Tiny_Scale", SCALE),
-            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU)}
+            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU), "softmax": (1, 9005, "9005_Tiny_Softmax", SOFTMAX)}
 
 
 @dataclass(frozen=True)
@@ -137,7 +158,9 @@ CASES = [
     Case("network.py", "relu", "runtime_error", mode="bare"),
     Case("segfault.py", "relu", "crashed", mode="bare"),
     Case("hang.py", "relu", "timeout"),
-    Case("detached_child.py", "relu", "correct", correct=True, mode="bare", notes="its detached process must be gone afterwards"),
+    Case("detached_child.py", "relu", "runtime_error", mode="bare",
+         notes="fork after the lock-down is refused (on a GPU after the first trial, whose process the lock-down "
+               "kills); its detached process must be gone afterwards"),
     Case("huge_alloc.py", "relu", "runtime_error"),
     Case("illegal_access.py", "relu", "runtime_error|crashed", gpu_only=True, notes="illegal address: sticky CUDA error, fresh process next"),
     Case("side_stream.py", "relu", "correct", correct=True, gpu_only=True, notes="side-stream work is inside the timed window"),
@@ -279,20 +302,44 @@ ATTACKS = [
                                     "bare": "correct+kernel_not_needed"},
            "a dataclass default factory calls gc.get_objects from a `<string>` frame: such frames are the candidate's",
            item=2),
+    Attack("ctypes_launder.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+           "ctypes reached through numpy.ctypeslib, every step asked from np.vectorize's frame: the audit hook sees "
+           "numpy; libc's system() after READY is refused by the seccomp filter applied then", item=2),
+    Attack("collect_env_shell.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+           "a shell through torch.utils.collect_env.run (Popen in torch's file): refused by the seccomp filter "
+           "applied at READY (on a GPU with Triton, after the first trial: its first call succeeds, the next fails)",
+           item=2),
+    Attack("from_file_read.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+           "torch.from_file raises no audit event: the second Landlock layer applied at READY leaves the user "
+           "list (/etc/passwd) out", item=2),
     Attack("skewed_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "
            "the clock", item=3, gpu={"bare": "correct+timing_inconsistent|correct+bounded"}),
+    Attack("count_profile.py", {"all": "correct+timed_call_without_kernel", "bare": "correct+timed_call_without_kernel"},
+           "counting calls, PyTorch alone answers the timed calls and a spin kernel pads the call it expects to be "
+           "profiled: every timed call now carries its own launch evidence, and the profiled call is one of the "
+           "timed calls at a random place", item=3),
+    Attack("weakref_callback.py", {"all": "correct+timed_output_mismatch", "bare": "correct+timed_output_mismatch"},
+           "the work hung on a weakref callback of the input, once fired by the harness's `del inputs` before the "
+           "copy-out: inputs and outputs now stay referenced (and the collector off) until the parent has read "
+           "the outputs, so the copy holds what the window computed", item=3),
     Attack("nonpositive_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "negative reported times are no report", item=3),
     Attack("alias_op.py", {"all": "correct+pytorch_op:relu", "no_static": "correct+kernel_not_needed",
                            "bare": "correct+kernel_not_needed"},
            "the op under an imported alias is resolved; the decoy trial (kernels skipped) is still right", item=4),
+    Attack("softmax_module.py", {"all": "correct+pytorch_op:Softmax+output_not_from_kernel",
+                                 "bare": "correct+output_not_from_kernel"},
+           "a copy kernel, then the reference op as a module (`nn.Softmax(dim=-1)(y)`): the op check resolves every "
+           "spelling to one op; the kernel is needed (the decoy trial sees garbage without it), but the output "
+           "was never handed to a kernel of the candidate's", problem="softmax", item=4),
     Attack("work_elsewhere.py", {"all": "correct+kernel_not_needed", "bare": "correct+kernel_not_needed"},
            "a kernel on the trial's tensors while PyTorch (another op) writes the answer: the decoy trial", item=4),
-    Attack("aten_op.py", {"all": "static_check_failed", "bare": "correct"},
-           "torch.ops.aten is banned in source; without the static check nothing on the CPU catches it: the "
-           "kernel's copy is needed, PyTorch's relu of it is not seen (coverage measures it on a GPU)", item=4),
+    Attack("aten_op.py", {"all": "static_check_failed", "bare": "correct+output_not_from_kernel"},
+           "torch.ops.aten is banned in source; without the static check the kernel's copy is needed (the decoy "
+           "trial sees it), but the output is PyTorch's relu of it, which no kernel of the candidate's wrote",
+           item=4),
     Attack("root_files.py", {"bare": "runtime_error"},
            "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
     Attack("import_reraise.py", {"all": "compile_error", "bare": "compile_error"},

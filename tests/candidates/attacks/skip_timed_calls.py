@@ -37,6 +37,7 @@ def _put_computing(self, outputs, slots, size):
 def _timed_lazy(self, req):
     inputs = _s.make_inputs(self.problem, int(req["seed"]), False, self.device)
     self.arena.pending_input = inputs[0]
+    _s.send_message(self.wfd, {"type": "window"})  # the protocol's mark: the (empty) window ended
     self.arena.put([torch.empty_like(inputs[0])], req.get("slots"), req.get("size", 0))
     return {"type": "timed", "ms": 0.001, "plain": [None]}
 

@@ -84,7 +84,9 @@ class VerdictCache:
         key = (problem_key, code_hash(code))
         fut = self._entries.get(key)
         if fut is not None:
-            if fut.done() and fut.exception() is not None:  # a failed evaluation is not an answer
+            # A failed evaluation is not an answer, nor is a verdict a failed reference spoiled (it is
+            # retried after its back-off: the problem must not leave training for the rest of the run).
+            if fut.done() and (fut.exception() is not None or fut.result().details.get("reference_error")):
                 del self._entries[key]
                 return None
             self._entries.move_to_end(key)

@@ -59,7 +59,10 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
     from kforge.rollout.base import sampling_from_config
     from kforge.rollout.factory import choose_backend, make_backend
 
-    pool = EvalPool(cfg.evaluator, devices=plan.eval or None)
+    from kforge.evaluator.contention import GpuActivity
+
+    activity = GpuActivity()  # the learner's steps and the engine's calls, for the pool's timed runs
+    pool = EvalPool(cfg.evaluator, devices=plan.eval or None, activity=activity)
     learner = backend = None
     sampling = sampling_from_config(cfg)  # the learner scores tokens under what the engine sampled with
     try:
@@ -86,10 +89,11 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
 
             backend = restart()
         runner = EpisodeRunner.from_config(cfg, backend, pool.evaluate, retriever_for(cfg.dataset))
+        runner.engine_busy = lambda: activity.busy("rollout", plan.rollout)
     except BaseException:
         for part in (backend, learner, pool):
             if part is not None and hasattr(part, "close"):
                 part.close()
         raise
-    return Parts(learner, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart)
+    return Parts(learner, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart, activity=activity)
 

@@ -85,7 +85,7 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
             extra = {"log_path": str(run.path / "rollout.log")} if choose_backend(cfg.rollout.backend) == "vllm" else {}
 
             def restart():  # a fresh engine after a crash, on the same GPUs
-                return make_backend(cfg, plan.rollout, **extra)
+                return make_backend(cfg, plan.rollout, plan.rollout_tp, **extra)
 
             backend = restart()
         runner = EpisodeRunner.from_config(cfg, backend, pool.evaluate, retriever_for(cfg.dataset))

@@ -79,6 +79,7 @@ class Plan:
     learner: list[int] = field(default_factory=list)
     eval: list[int] = field(default_factory=list)
     why: list[str] = field(default_factory=list)  # one line per decision, for --dry-run and the dashboard
+    rollout_tp: int = 1  # GPUs per engine; the rollout GPUs hold len(rollout) / rollout_tp engine replicas
 
     @property
     def mode(self) -> str:
@@ -164,9 +165,18 @@ def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]
         why.append(f"learner: {ranks} data-parallel rank(s) on GPU {','.join(map(str, plan.learner))}"
                    + (" (gradients summed; the update is one rank's on the whole batch)" if ranks > 1 else ""))
         why.append(f"eval on GPU {rest[-1]} of its own: nothing else runs there while kernels are timed")
+    plan.rollout_tp = tp
     for role, ids in overrides.items():
         setattr(plan, role, list(ids))
         why.append(f"{role} on GPU {','.join(map(str, ids))}: set by --gpus or placement.{role}")
+    if "rollout" in overrides:
+        if len(plan.rollout) % tp:
+            raise PlacementError(
+                f"rollout GPUs {','.join(map(str, plan.rollout))}: each engine needs {tp} GPUs (tensor parallel: the "
+                f"weights do not fit one), so give a multiple of {tp}")
+        if len(plan.rollout) > tp:
+            why.append(f"rollout: {len(plan.rollout) // tp} data-parallel engines, {tp} GPU(s) each; a problem's "
+                       "group stays on one engine (its prefix cache)")
     if overrides and set(plan.eval) & (set(plan.learner) | set(plan.rollout)) and n >= 3:
         why.append("eval shares a GPU with another role: kernel timings there can be skewed")
     return plan

@@ -8,7 +8,7 @@ import torch
 
 from kforge.config.schema import KforgeConfig
 from kforge.credit.samples import Sample
-from kforge.learner.ddp import shard_by_tokens
+from kforge.learner.ddp import Ranks, shard_by_tokens
 from kforge.train.learner_proc import LearnerProcess
 
 
@@ -20,6 +20,11 @@ def test_shards_cover_every_sample_once_and_balance_tokens():
     assert max(loads) - min(loads) <= max(lengths[i] for s in shards for i in s)  # greedy bound
     assert shards == shard_by_tokens(list(lengths), 3)  # deterministic: every rank computes the same shards
     assert shard_by_tokens([5], 2) == [[0], []]  # a rank may get nothing; it still joins the all-reduce
+
+
+def test_a_gpu_rank_names_its_one_visible_gpu():
+    """torch.cuda.set_device and NCCL need an index; each rank's process sees only its own GPU, as cuda:0."""
+    assert Ranks(None, "cuda").device == torch.device("cuda", 0) and Ranks().world == 1
 
 
 def batch() -> list[Sample]:

@@ -59,6 +59,8 @@ class Ranks:
 
     def __init__(self, rendezvous: Rendezvous | None = None, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", 0)  # a rank's process sees its one GPU only
         self.rank, self.world = (rendezvous.rank, rendezvous.world) if rendezvous else (0, 1)
         self._dist: Any = None
         if rendezvous is not None and rendezvous.world > 1:

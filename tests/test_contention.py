@@ -55,6 +55,28 @@ def test_a_run_timed_during_a_learner_step_on_its_device_says_so(tmp_path):
     assert shared.status is Status.CORRECT and shared.details["timing_contended"] == ["learner"]
 
 
+def test_a_reference_timed_beside_a_learner_step_is_not_kept(tmp_path):
+    """Its baseline would inflate every speedup of its problem for the whole run: the verdicts judged against it
+    say so, it never reaches the disk cache, and it is timed again after the back-off."""
+    good = (CANDIDATES / "relu_correct.py").read_text()
+    cfg = EvaluatorConfig(num_correct_trials=2, run_timeout_s=20.0, compile_timeout_s=60.0, timing_timeout_s=20.0,
+                          memory_limit_gb=4.0, cpu_workers=1, reference_retry_s=30.0)
+    activity = GpuActivity()
+    with EvalPool(cfg, devices=None, cache_dir=tmp_path / "cache", activity=activity) as pool:
+        clock = pool.references.clock = Clock()
+        problem = Problem(1, 9001, "9001_Tiny_ReLU", RELU)
+        with activity.busy("rollout", None):
+            first = pool.submit(problem, good).result(timeout=300)
+        again = pool.submit(problem, good).result(timeout=300)  # within the back-off: the same reference
+        stored = list((tmp_path / "cache" / "reference").glob("*.pt"))
+        clock.now = 31.0
+        later = pool.submit(problem, good).result(timeout=300)
+    assert first.correct and first.details["timing_contended"] == ["rollout", "rollout (reference)"]
+    assert again.details["timing_contended"] == ["rollout (reference)"] and stored == []
+    assert later.correct and "timing_contended" not in later.details
+    assert list((tmp_path / "cache" / "reference").glob("*.pt"))  # a quiet reference is cached as before
+
+
 def test_the_step_counts_contended_timed_runs_once_each():
     contended = Verdict(Status.CORRECT, details={"timing_contended": ["learner"]})
     quiet = Verdict(Status.CORRECT)

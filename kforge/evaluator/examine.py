@@ -162,6 +162,7 @@ class Examination:
     def _contended(self, start: float, end: float) -> None:
         """Name the roles that used this device while the candidate was timed (a skewed speedup)."""
         roles = self.ctx.activity.overlapping(self.slot.index, start, end) if self.ctx.activity else []
+        roles += [f"{role} (reference)" for role in self.ref.contended]  # its baseline is skewed too
         if roles:
             self.v.details["timing_contended"] = roles
 

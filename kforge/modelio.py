@@ -181,6 +181,26 @@ def context_length(name: str, gguf_file: str | None = None, trust_remote_code: b
     return None
 
 
+def parameter_count(name: str, gguf_file: str | None = None, trust_remote_code: bool = False) -> int | None:
+    """The decoder's parameters, counted from its config (no weights read): embeddings, attention with its
+    key/value heads, a gated MLP per layer. None when the config cannot be read or is not of that shape."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(resolve_model(name, gguf_file).path, trust_remote_code=trust_remote_code)
+    except Exception:  # unknown size: the planner says it assumed the model fits
+        return None
+    c = getattr(config, "text_config", None) or config
+    try:
+        h, layers, inter, vocab = int(c.hidden_size), int(c.num_hidden_layers), int(c.intermediate_size), int(c.vocab_size)
+        heads = int(c.num_attention_heads)
+        kv = int(getattr(c, "num_key_value_heads", None) or heads) * int(getattr(c, "head_dim", None) or h // heads)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    embeddings = vocab * h * (1 if getattr(c, "tie_word_embeddings", False) else 2)
+    return embeddings + layers * (2 * h * h + 2 * h * kv + 3 * h * inter)
+
+
 def fit_context(cfg: Any, say: Any) -> None:
     """Cap `model.max_model_len` at the model's own context: presets are written for 16k-context models,
     and vLLM refuses a longer length than the model has. One line says so when it happens."""

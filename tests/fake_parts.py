@@ -62,6 +62,36 @@ class FaultyLearner(LearnerService):
         return super().train_step(samples)
 
 
+class TinyLearner(LearnerService):
+    """The real learner service (real LoRA, real steps, real process group) on a tiny random Llama built from
+    a config with a fixed seed, so every process builds the same base model, while the fresh adapter's random
+    init differs per rank (the group must start every rank from rank 0's); `lora_state` reads the adapter
+    and its last gradients back for comparison."""
+
+    def base_model(self, cfg, device):
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                             pad_token_id=0, eos_token_id=1, bos_token_id=2, initializer_range=0.2)
+        model = LlamaForCausalLM(config)
+        dist = torch.distributed
+        torch.manual_seed(1234 + (dist.get_rank() if dist.is_initialized() else 0))  # the LoRA init's draws
+        return model, None
+
+    def set_loss(self, loss_fn, aggregation):
+        """Switch the loss between steps, so one process pair covers every normaliser (a start costs a minute
+        on a busy CPU)."""
+        self.learner.cfg.learner.loss_fn, self.learner.cfg.learner.loss_aggregation = loss_fn, aggregation
+
+    def lora_state(self):
+        model = self.learner.model
+        return {n: (p.detach().clone(), None if p.grad is None else p.grad.detach().clone())
+                for n, p in model.named_parameters() if p.requires_grad}
+
+
 @dataclass
 class Built:
     ids: list[int]

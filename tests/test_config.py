@@ -106,6 +106,14 @@ def test_invalid_value_names_key_and_layer(clean_env):
         resolve("tiny", overrides=["episode.mode=three_turn"])
 
 
+def test_a_staleness_the_trainer_never_reaches_is_refused_in_one_line(clean_env):
+    """Rollouts run at most one step ahead of the learner: max_staleness=2 used to be accepted and act as 1."""
+    assert resolve("tiny", overrides=["rollout.max_staleness=1"]).config.rollout.max_staleness == 1
+    with pytest.raises(ConfigError, match=r"rollout.max_staleness \(from command line\).*use 0 \(on-policy\) or 1") as info:
+        resolve("tiny", overrides=["rollout.max_staleness=2"])
+    assert "\n" not in str(info.value)
+
+
 def test_unknown_preset_and_bad_override_syntax(clean_env):
     with pytest.raises(ConfigError, match="did you mean tiny"):
         resolve("tinyy")

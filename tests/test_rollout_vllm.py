@@ -182,6 +182,47 @@ def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_
         worker.load_adapter(str(tmp_path), 4)
 
 
+def test_a_replaced_adapter_is_removed_only_after_its_last_request(worker, tmp_path):
+    """Pipelined steps sync while the next step's rollouts run: the adapter they were sampled with stays in the
+    engine until the last of them finished (it used to be removed at once, under requests that named it)."""
+    adapter = tmp_path / "inflight"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    worker.load_adapter(str(adapter), 20)
+    old = worker._lora[1]
+
+    async def main():
+        slow = asyncio.ensure_future(worker.agenerate([req([500, 1]), req([2, 3])]))
+        await asyncio.sleep(0.2)  # both requests are in the engine; the fast one has finished
+        await asyncio.to_thread(worker.load_adapter, str(adapter), 21)
+        during = worker._call("state")
+        outs = await slow
+        return during, outs
+
+    during, outs = asyncio.run(main())
+    assert worker._lora[1] != old and old not in during["removed"]  # replaced, but a request still held it
+    assert all(o.text.startswith(f"lora{old}:") and o.policy_version == 20 for o in outs)
+    events = worker._call("state")["events"]
+    assert events.index(f"remove{old}") > events.index("gen500")  # removed once its last request was done
+    assert worker._leases.in_flight(old) == 0
+    worker.load_adapter(str(adapter), 22)  # nothing in flight: the replaced one goes at once
+    assert worker._lora[1] - 1 in worker._call("state")["removed"]
+
+
+def test_adapter_leases_count_requests_per_id():
+    from kforge.rollout.adapters import AdapterLeases
+
+    leases = AdapterLeases()
+    leases.acquire(1)
+    leases.acquire(1)
+    assert not leases.retire(1) and not leases.release(1) and leases.release(1)  # the last one removes it
+    assert leases.retire(2)  # never used: removed at once
+    leases.acquire(3)
+    assert not leases.release(3)  # the current adapter is never removed by its requests
+    with pytest.raises(RuntimeError):
+        leases.release(3)
+
+
 def test_sleep_wake_and_engine_errors_come_back_as_backend_errors(worker, tmp_path):
     worker.sleep()
     with pytest.raises(BackendError, match="generate while asleep"):

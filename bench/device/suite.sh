@@ -27,6 +27,7 @@ for s in "$@"; do
     rollout) section rollout_check 420 python3 bench/gpu_rollout_check.py --quick
              section rollout_bench 420 python3 bench/rollout.py --quick --lora ;;
     learner) section learner 540 python3 bench/learner.py --quick ;;
+    ddp) section learner_ddp 560 python3 bench/learner_ddp.py --gpus "${DDP_GPUS:-2}" --arch "${DDP_ARCH:-1.5b}" ;;
     train) section train_1gpu 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name gpu1 \
              --max-steps 3 model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=256 dataset.group_size=4 \
              rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true evaluator.measure_performance=true

@@ -30,9 +30,10 @@ def train(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="placement, e.g. 'rollout=0 learner=1 eval=2,3'"),
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders live (log.runs_dir)"),
     plain: bool = typer.Option(False, "--plain", help="plain status lines even on a terminal"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the GPU plan and why, then exit (nothing is started)"),
 ) -> None:
     """GRPO/LoRA training: rollouts, sandboxed evaluation, learner updates, live dashboard, run folder."""
-    from kforge.train.placement import PlacementError, parse_gpus_option, plan_placement
+    from kforge.train.placement import PlacementError, memory_for, parse_gpus_option, plan_placement
 
     extra = list(overrides or [])
     if max_steps is not None:
@@ -59,9 +60,13 @@ def train(
         cfg = resolved.config
     _check_rag_index(cfg)
     try:  # before any folder is made: a typo leaves nothing behind
-        plan = plan_placement(None, {**{k: v for k, v in cfg.placement.model_dump().items() if v}, **placement})
+        plan = plan_placement(None, {**{k: v for k, v in cfg.placement.model_dump().items() if v}, **placement},
+                              memory_for(cfg))
     except PlacementError as exc:
         raise fail(str(exc)) from None
+    if dry_run:
+        console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
+        return
     if not resume:
         run_name = cfg.log.run_name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
         cfg.log.run_name = run_name
@@ -78,7 +83,7 @@ def train(
     logging.getLogger("kforge").addHandler(file_handler)
     if changes:
         _record_changes(run, cfg, changes, before.get("step") or run.summary()["steps"])
-    console.print(plan.describe(), highlight=False, soft_wrap=True)
+    console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
     try:
         status = _run(cfg, run, plan, resume=bool(resume), plain=plain)
     finally:
@@ -187,7 +192,7 @@ def _run(cfg, run: RunFolder, plan, resume: bool, plain: bool) -> str:
     trainer = None
     try:
         trainer = build_trainer(cfg, run, plan, resume)
-        with Dashboard(console, run.name, trainer.total_steps, plan.describe(), live=False if plain else None,
+        with Dashboard(console, run.name, trainer.total_steps, plan.explain(), live=False if plain else None,
                        start_step=trainer.step) as dash:
             trainer.dashboard = dash
             status = trainer.run_blocking()

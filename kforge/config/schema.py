@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kforge.config.reward_order import order_problem
@@ -94,7 +94,16 @@ class RolloutConfig(Section):
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
     sleep_between_phases: bool = Field(True, description="sleep the engine while the learner shares its GPU")
-    max_staleness: int = Field(0, ge=0, description="policy versions rollouts may lag; 0 = on-policy")
+    max_staleness: int = Field(0, ge=0, description="policy versions rollouts may lag; 0 = on-policy, 1 = the next "
+                               "step's rollouts run during the learner's step")
+
+    @field_validator("max_staleness")
+    @classmethod
+    def _one_step_ahead(cls, value: int) -> int:
+        if value > 1:  # the trainer starts at most one step ahead, so a larger lag would never happen
+            raise ValueError(f"{value} is more than kforge does: rollouts run at most one step ahead of the learner; "
+                             "use 0 (on-policy) or 1 (pipelined)")
+        return value
     hf_batch_size: int = Field(8, gt=0, description="prompts per generate() call of the hf backend")
     request_timeout_s: float = Field(1800.0, gt=0.0, description="deadline of one call to the rollout engine "
                                      "(a generation queued behind a whole step's others, an adapter load)")
@@ -197,6 +206,8 @@ class EvaluatorConfig(Section):
     audit_hook: bool = Field(True, description="in-child audit hook (off only to test the layers below)")
     verdict_timeout_s: float = Field(3600.0, gt=0.0, description="deadline of one verdict from its submission "
                                      "(queueing included): past it the eval pool is taken as stuck")
+    reference_retry_s: float = Field(60.0, ge=0.0, description="a failed reference is computed again after this "
+                                     "back-off (doubling per failure, up to 64x), never kept for the whole run")
 
 
 class LogConfig(Section):

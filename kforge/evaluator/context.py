@@ -33,6 +33,7 @@ class PoolContext:
     work_dir: Path  # scratch folders of children (removed with the pool)
     cache_dir: Path  # kforge's cache: children never read or write it, except a CUDA build folder
     secrets: list[str]  # values redacted from anything shown
+    activity: Any = None  # a GpuActivity: who else used each device, for timed runs (training only)
 
     def salt(self) -> str:
         """A per-cache secret: trial and timing seeds derive from it, so no candidate can know them in

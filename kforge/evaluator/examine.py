@@ -80,7 +80,9 @@ class Examination:
             if self.v.status is Status.CORRECT:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
                     if not self.v.flags:
+                        started = time.monotonic()
                         self._timing()
+                        self._contended(started, time.monotonic())
                     if wants_profile(self.v) and not self.profiled:
                         self._profile()
             self.child.send({"op": P.OP_BYE})
@@ -167,6 +169,13 @@ class Examination:
         if not needed:
             v.flags.append("kernel_not_needed")
             v.details.setdefault("reason", "the outputs were right with the candidate's kernels skipped")
+
+    def _contended(self, start: float, end: float) -> None:
+        """Name the roles that used this device while the candidate was timed (a skewed speedup)."""
+        roles = self.ctx.activity.overlapping(self.slot.index, start, end) if self.ctx.activity else []
+        roles += [f"{role} (reference)" for role in self.ref.contended]  # its baseline is skewed too
+        if roles:
+            self.v.details["timing_contended"] = roles
 
     def _timing(self) -> None:
         assert self.child is not None

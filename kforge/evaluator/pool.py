@@ -46,12 +46,13 @@ class EvalPool:
     """Sandboxed, concurrent candidate evaluation. Thread-safe; use as a context manager."""
 
     def __init__(self, cfg: EvaluatorConfig, devices: list[int] | None = None,
-                 cache_dir: str | Path | None = None) -> None:
+                 cache_dir: str | Path | None = None, activity: Any = None) -> None:
+        """`activity`: a GpuActivity the trainer fills, so that a verdict says which roles shared its timed run."""
         self.cfg = cfg
         cache = Path(cache_dir) if cache_dir is not None else cache_root()
         cache.mkdir(parents=True, exist_ok=True)
         self.ctx = PoolContext(cfg, CgroupFactory(), Path(tempfile.mkdtemp(prefix="kforge-pool-")), cache,
-                               sandbox.secret_values())
+                               sandbox.secret_values(), activity)
         self.cache_dir = cache
         self.caps = layers.capabilities()
         self.cpu_mode = not devices

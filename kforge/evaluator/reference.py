@@ -7,7 +7,9 @@ must match and whose parent-side clock says what the loop itself costs per call,
 On a GPU its event times are the eager (and optionally torch.compile) baseline.
 
 The cache lives in kforge's cache folder, which no child can read: reference outputs never reach
-a candidate's process.
+a candidate's process. A failed reference is never kept for good (a GPU out of memory while the learner
+peaks would drop its problem from training for the rest of the run): it is answered from memory until its
+back-off ends (`evaluator.reference_retry_s`, doubling per failure up to 64x), then computed again.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Reference:
     baseline_ms: dict[str, list[float]] = field(default_factory=dict)
     gpu: str = "cpu"
     error: str = ""
+    contended: list[str] = field(default_factory=list)  # roles that shared the device while it was timed
 
     @property
     def slots(self) -> list[Any]:
@@ -89,9 +92,11 @@ def timed_call_count(calls: int, meta: list[Any], output_gb: float) -> int:
 class ReferenceCache:
     """Reference results per (problem, trial plan, device), in memory and on disk."""
 
-    def __init__(self, ctx: PoolContext) -> None:
+    def __init__(self, ctx: PoolContext, clock: Any = time.monotonic) -> None:
         self.ctx = ctx
+        self.clock = clock
         self._mem: dict[tuple[str, str], Reference] = {}
+        self._retry: dict[tuple[str, str], tuple[float, int]] = {}  # failed: (retry at, failures so far)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -106,6 +111,8 @@ class ReferenceCache:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             ref = self._mem.get(key)
+            if ref is not None and (ref.error or ref.contended) and self.clock() >= self._retry[key][0]:
+                ref = None  # its back-off is over: try again (a contended one never went to disk)
             disk = self.ctx.cache_dir / "reference" / f"{key[0]}-{sha(key[1])}.pt"
             if ref is None and disk.exists():
                 try:
@@ -117,7 +124,11 @@ class ReferenceCache:
             missing = [b for b in baselines if b not in (ref.baseline_ms if ref else {})]
             if ref is None or (missing and not ref.error):
                 ref = self._compute(slot, problem, key[0], calls, missing or list(baselines))
-                if not ref.error:
+                if ref.error or ref.contended:  # a baseline timed beside other work is kept only until then too
+                    failures = self._retry.get(key, (0.0, 0))[1] + 1
+                    self._retry[key] = (self.clock() + cfg.reference_retry_s * 2 ** min(failures - 1, 6), failures)
+                else:
+                    self._retry.pop(key, None)
                     disk.parent.mkdir(parents=True, exist_ok=True)
                     data = dict(ref.__dict__)
                     data["clock"] = ref.clock.__dict__ if ref.clock else None
@@ -172,7 +183,10 @@ class ReferenceCache:
             with slot.timing():
                 deadline = time.monotonic() + cfg.timing_timeout_s
                 drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
+                started = time.monotonic()
                 ref.clock, ref.samples = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
+                if self.ctx.activity is not None:
+                    ref.contended = self.ctx.activity.overlapping(slot.index, started, time.monotonic())
                 if slot.on_gpu:
                     ref.baseline_ms["eager"] = list(ref.clock.reported_ms)
                 # The decoy trial (last of the eager model's, as for a candidate): signed when the signed trial

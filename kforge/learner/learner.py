@@ -42,6 +42,7 @@ from torch import Tensor
 from kforge.credit.samples import Sample
 from kforge.learner import checkpoint as ckpt
 from kforge.learner.batching import MicroBatch, collate, plan_micro_batches
+from kforge.learner.ddp import Ranks
 from kforge.learner.logprobs import response_logits, token_entropy, token_logprobs
 from kforge.learner.lora import (
     LearnerError,
@@ -67,7 +68,7 @@ from kforge.learner.losses import (
 )
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
-from kforge.learner.sums import Done, Sums, step_metrics
+from kforge.learner.sums import METRIC_KEYS, Done, Sums, step_metrics
 from kforge.rollout.base import SamplingParams
 
 if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
@@ -75,13 +76,7 @@ if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
 
 log = logging.getLogger("kforge.learner")
 
-# Every key of train_step's metrics, in log order.
-METRIC_KEYS = (
-    "loss", "kl", "entropy", "clip_fraction", "is_ratio_mean", "is_ratio_max", "is_clip_fraction",
-    "rollout_logprob_diff", "grad_norm", "grad_norm_max", "tokens", "response_tokens", "tokens_per_s",
-    "samples", "step_s", "lr", "optimizer_steps", "version", "skipped", "nonfinite_steps", "oom_retries",
-    "mismatch_rejected",
-)
+__all__ = ["METRIC_KEYS", "Learner"]
 
 
 class Learner:
@@ -90,7 +85,8 @@ class Learner:
     ``model``/``tokenizer`` may be given (a transformers causal LM, or an existing PeftModel);
     otherwise they are loaded from ``cfg.model`` via kforge.modelio. ``cfg.model.checkpoint`` names an
     adapter folder (or a learner checkpoint) whose adapter weights the run starts from.
-    ``total_steps`` (train_step calls) overrides ``cfg.max_steps`` for the schedule.
+    ``total_steps`` (train_step calls) overrides ``cfg.max_steps`` for the schedule. ``ranks``: this
+    process's place in a data-parallel group (kforge.learner.ddp); none is one rank.
     """
 
     def __init__(
@@ -101,6 +97,7 @@ class Learner:
         tokenizer: Any = None,
         total_steps: int | None = None,
         sampling: SamplingParams | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
         r = cfg.rollout  # without the run's sampling record (a learner outside a run): temperature 1
         s = self.sampling = sampling or SamplingParams(r.max_tokens, 1.0, r.top_p, r.top_k)
@@ -129,6 +126,8 @@ class Learner:
         self.params = trainable_parameters(self.model)
         if not self.params:
             raise LearnerError("the model has no trainable parameters; check lora.target_modules")
+        self.ranks = ranks or Ranks()
+        self.ranks.broadcast_params(self.params)
         lc = cfg.learner
         self.optimizer = torch.optim.AdamW(self.params, lr=lc.learning_rate, weight_decay=lc.weight_decay)
         steps = total_steps if total_steps is not None else cfg.max_steps
@@ -163,20 +162,22 @@ class Learner:
         order = list(range(len(samples)))
         random.Random(self.version).shuffle(order)
         n_mini = min(lc.num_substeps, len(samples))
-        minibatches = [[samples[i] for i in order[k::n_mini]] for k in range(n_mini)]
+        # Every rank splits the whole batch alike and then keeps its own shard of each minibatch.
+        minibatches = [self.ranks.shard([samples[i] for i in order[k::n_mini]]) for k in range(n_mini)]
         # Drawn from the global RNG (saved in checkpoints), so a resumed run draws the same masks.
-        seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if self.dropout else None
+        seed = self.ranks.broadcast_int(int(torch.randint(0, 2**31 - 1, (1,)).item()) if self.dropout else None)
 
         # The adapter as the batch arrived (LoRA only: small), for old log-probs redone after an OOM split.
         self._arrival = [p.detach().clone() for p in self.params] if self.dropout and n_mini > 1 else None
         old_logps = self._old_logprobs(minibatches, seed) if n_mini > 1 else None
         sums, stats = Sums(), {"loss": 0.0, "grad_norm": 0.0, "grad_norm_max": 0.0, "tokens": 0.0}
-        applied = 0
+        applied = skipped = 0
         for m, mini in enumerate(minibatches):
             self.optimizer.zero_grad(set_to_none=True)
             # Minibatch 0 meets the weights the batch arrived at: its own log-probs are the old ones.
             old = old_logps[m] if old_logps is not None and m > 0 else None
-            loss_value = self._accumulate(mini, old, sums, stats, mix_seed(seed, m))
+            loss_value = self.ranks.sum_floats([self._accumulate(mini, old, sums, stats, mix_seed(seed, m))])[0]
+            self.ranks.sum_grads(self.params)  # every rank now holds the whole minibatch's gradient
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, lc.grad_clip).item())
             if math.isfinite(loss_value) and math.isfinite(norm):
                 self.optimizer.step()
@@ -186,7 +187,7 @@ class Learner:
                 stats["grad_norm"] += norm
                 stats["grad_norm_max"] = max(stats["grad_norm_max"], norm)
             else:  # never let NaN/inf reach the adapter or AdamW's moments
-                sums.count("nonfinite_steps", 1.0)
+                skipped += 1
                 log.warning("optimiser step skipped: loss %s, gradient norm %s", loss_value, norm)
                 self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()  # the schedule follows the planned steps, applied or skipped
@@ -194,6 +195,8 @@ class Learner:
         # Leave the model as generation wants it (no LoRA dropout) for a backend that shares it.
         self.model.eval()
         self.version += 1
+        self.ranks.merge(sums, stats)
+        sums.count("nonfinite_steps", float(skipped))  # a step every rank skipped alike, counted once
         elapsed = time.perf_counter() - started
         return step_metrics(sums, stats, applied, len(samples), elapsed, self._lr(), self.optimizer_steps, self.version)
 
@@ -201,11 +204,9 @@ class Learner:
                     seed: int | None) -> float:
         """Forward/backward over the micro-batches of one minibatch; returns its loss."""
         lc = self.cfg.learner
-        totals = dict(
-            total_tokens=float(sum(len(s.response_ids) for s in mini)),
-            total_seqs=float(len(mini)),
-            const_len=float(self.sampling.max_tokens),
-        )
+        # The normalisers are the whole minibatch's, summed over the ranks' shards.
+        tokens, seqs = self.ranks.sum_floats([float(sum(len(s.response_ids) for s in mini)), float(len(mini))])
+        totals = dict(total_tokens=tokens, total_seqs=seqs, const_len=float(self.sampling.max_tokens))
         plan = plan_micro_batches([s.num_tokens for s in mini], lc.micro_batch_tokens)
         loss_total = 0.0
         for j, indices in enumerate(plan):

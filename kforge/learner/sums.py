@@ -7,6 +7,14 @@ from typing import Any
 
 from torch import Tensor
 
+# Every key of train_step's metrics, in log order.
+METRIC_KEYS = (
+    "loss", "kl", "entropy", "clip_fraction", "is_ratio_mean", "is_ratio_max", "is_clip_fraction",
+    "rollout_logprob_diff", "grad_norm", "grad_norm_max", "tokens", "response_tokens", "tokens_per_s",
+    "samples", "step_s", "lr", "optimizer_steps", "version", "skipped", "nonfinite_steps", "oom_retries",
+    "mismatch_rejected",
+)
+
 
 @dataclass
 class Sums:
@@ -40,7 +48,7 @@ class Done:
 
 def step_metrics(sums: Sums, stats: dict[str, float], applied: int, samples: int, elapsed: float, lr: float,
                  optimizer_steps: int, version: int) -> dict[str, float]:
-    """train_step's metrics (``METRIC_KEYS`` of kforge.learner.learner) from the step's sums; ``applied`` is
+    """train_step's metrics (``METRIC_KEYS``) from the step's sums; ``applied`` is
     the number of optimiser steps that were finite and taken."""
     has_is = sums.values.get("_is_tokens", 0.0)
     return {

@@ -99,7 +99,7 @@ async def run_episode(
             break
         params = replace(sampling, max_tokens=min(sampling.max_tokens, room),
                          seed=request_seed(seed, problem.key, group, t))
-        completion = await queue.generate(GenerationRequest(built.ids, params))
+        completion = await queue.generate(GenerationRequest(built.ids, params, route=problem.key))
         cand = parse_response(completion.text, problem.key, builder.backend, cfg.episode.thinking)
         if cand.code is None:
             verdict = format_error_verdict(cand, cfg.episode.thinking)

@@ -10,6 +10,7 @@ mix their numbers into the current step's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from collections import OrderedDict
@@ -84,7 +85,10 @@ class VerdictCache:
         key = (problem_key, code_hash(code))
         fut = self._entries.get(key)
         if fut is not None:
-            if fut.done() and fut.exception() is not None:  # a failed evaluation is not an answer
+            # A failed evaluation is not an answer, nor is a verdict a failed reference spoiled (it is
+            # retried after its back-off: the problem must not leave training for the rest of the run).
+            if fut.done() and (fut.exception() is not None
+                               or getattr(fut.result(), "details", {}).get("reference_error")):
                 del self._entries[key]
                 return None
             self._entries.move_to_end(key)
@@ -104,6 +108,8 @@ class EpisodeRunner:
     cfg: "KforgeConfig"
     cache: VerdictCache | None = field(default_factory=VerdictCache)
     inflight: InFlight = field(default_factory=InFlight)
+    # Entered around every engine call (training: marks the rollout GPUs busy for timed runs to see).
+    engine_busy: Callable[[], Any] = contextlib.nullcontext
 
     @classmethod
     def from_config(cls, cfg: "KforgeConfig", backend: Any, judge: JudgeFn,
@@ -124,7 +130,7 @@ class EpisodeRunner:
             if on_turn is not None:
                 on_turn(trajectory, turn)
 
-        trajectories = await run_episodes(jobs, _Timed(self.backend, stats, self.inflight), self.builder,
+        trajectories = await run_episodes(jobs, _Timed(self.backend, stats, self.inflight, self.engine_busy), self.builder,
                                           lambda p, c, b: self._evaluate(p, c, b, stats), self.cfg,
                                           policy_version, on_turn=turn_done, seed=seed)
         stats.wall_s = time.time() - t0
@@ -162,8 +168,9 @@ class EpisodeRunner:
 class _Timed:
     """The rollout backend with the time spent in engine calls added to one phase's statistics."""
 
-    def __init__(self, backend: Any, stats: RolloutStats, inflight: InFlight) -> None:
-        self._backend, self._stats, self._inflight = backend, stats, inflight
+    def __init__(self, backend: Any, stats: RolloutStats, inflight: InFlight,
+                 busy: Callable[[], Any] = contextlib.nullcontext) -> None:
+        self._backend, self._stats, self._inflight, self._busy = backend, stats, inflight, busy
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
@@ -172,7 +179,8 @@ class _Timed:
         t0 = time.time()
         self._inflight.generations += len(requests)
         try:
-            return await self._backend.agenerate(requests, on_completion)
+            with self._busy():
+                return await self._backend.agenerate(requests, on_completion)
         finally:
             self._inflight.generations -= len(requests)
             self._stats.generate_s += time.time() - t0

@@ -46,6 +46,7 @@ class SamplingParams:
 class GenerationRequest:
     prompt_ids: list[int]
     sampling: SamplingParams
+    route: str = ""  # requests with one route go to one engine replica (a problem's group: its prefix cache)
 
 
 @dataclass

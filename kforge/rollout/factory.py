@@ -39,16 +39,45 @@ def choose_backend(requested: str) -> str:
     return requested
 
 
-def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, **kwargs: Any) -> RolloutBackend:
+def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, tensor_parallel: int | None = None,
+                 **kwargs: Any) -> RolloutBackend:
     """The configured backend on `devices`: logical GPU indices as this process sees them (the vLLM worker
     maps them to physical ids through `kforge.gpus` for its own CUDA_VISIBLE_DEVICES). None: the hf backend
-    takes GPU 0 when there is one, the vLLM worker the GPUs this process sees. Extra keyword arguments go
-    to the backend's constructor."""
+    takes GPU 0 when there is one, the vLLM worker the GPUs this process sees. With `tensor_parallel` GPUs
+    per engine and more devices than that, one vLLM engine per group of devices behind a router
+    (`kforge.rollout.replicas`). Extra keyword arguments go to the backend's constructor."""
     kind = choose_backend(cfg.rollout.backend)
     if kind == "vllm":
         from kforge.rollout.vllm_worker import VLLMBackend
 
+        if devices and tensor_parallel and len(devices) > tensor_parallel:
+            return _replicas(VLLMBackend.from_config, cfg, devices, tensor_parallel, kwargs)
         return VLLMBackend.from_config(cfg, devices, **kwargs)
     from kforge.rollout.hf import HFBackend
 
     return HFBackend.from_config(cfg, devices, **kwargs)
+
+
+def _replicas(start: Any, cfg: "KforgeConfig", devices: list[int], tp: int, kwargs: dict[str, Any]) -> RolloutBackend:
+    """One engine per `tp` devices, started at once (each takes minutes); a failed start closes the others."""
+    import concurrent.futures as cf
+
+    from kforge.rollout.replicas import Replicas
+
+    groups = [devices[i:i + tp] for i in range(0, len(devices), tp)]
+
+    def one(k: int) -> Any:
+        log = kwargs.get("log_path")
+        own = {**kwargs, "log_path": f"{log.removesuffix('.log')}.replica{k}.log"} if log and k else kwargs
+        return start(cfg, groups[k], **own)
+
+    with cf.ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        futures = [pool.submit(one, k) for k in range(len(groups))]
+        cf.wait(futures)
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    if failed:
+        for f in futures:
+            if f.exception() is None:
+                f.result().close()
+        raise failed[0]
+    return Replicas([f.result() for f in futures])

@@ -11,7 +11,9 @@ generated while others are still being sampled or evaluated.
 
 Weight sync: every `load_adapter` registers the PEFT folder under a new integer LoRA id (never reused:
 vLLM caches adapters and prefixes by id) and resets the prefix cache, so no cached KV computed with older
-weights is reused. Each completion carries the adapter version it was sampled with. Log-probs are vLLM's
+weights is reused. The adapter it replaces is removed only once no request in flight names it (pipelined
+steps sync while the next step's rollouts run: `kforge.rollout.adapters`). Each completion carries the
+adapter version it was sampled with. Log-probs are vLLM's
 `processed_logprobs` (see `kforge.rollout.base`).
 
 `VLLMEngine` is the only code that touches vLLM; the process and the protocol speak to any object with
@@ -28,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kforge.rollout.adapters import AdapterLeases
 from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
 from kforge.served import ServedError, ServedProcess
 
@@ -211,6 +214,7 @@ class VLLMBackend:
         self._closed = False
         self._asleep = False
         self._pending_adapter: tuple[str, int] | None = None
+        self._leases = AdapterLeases()
         try:
             # daemon=False: vLLM starts processes of its own, which a daemon may not.
             self._proc = ServedProcess(engine, engine_kwargs, name="vLLM worker", env={**child_env(devices), **(env or {})},
@@ -250,6 +254,8 @@ class VLLMBackend:
         if self._closed:
             raise BackendError("vLLM backend is closed (generate)")
         lora, version = self._lora, self.version  # the adapter these requests are sampled with
+        for _ in requests if lora is not None else ():  # held before any await: a sync cannot slip in between
+            self._leases.acquire(lora[1])
 
         async def one(i: int, r: GenerationRequest) -> Completion:
             sampling = {**r.sampling.__dict__, "stop": list(r.sampling.stop)}
@@ -258,6 +264,12 @@ class VLLMBackend:
                                              lora=lora)
             except ServedError as exc:
                 raise BackendError(str(exc)) from None
+            finally:
+                if lora is not None and self._leases.release(lora[1]) and not self._closed:
+                    try:  # the last request of a replaced adapter: the engine may free it now
+                        await self._proc.acall("remove_lora", int_id=lora[1])
+                    except ServedError:
+                        pass  # a dead worker holds nothing; its own error reaches the caller
             completion = Completion(**out, policy_version=version)
             if on_completion is not None:
                 on_completion(i, completion)
@@ -279,7 +291,7 @@ class VLLMBackend:
         previous, self._lora = self._lora, lora
         self.version = version
         self._call("reset_prefix_cache")  # cached KV of older weights must not be reused
-        if previous is not None:
+        if previous is not None and self._leases.retire(previous[1]):  # else its last request removes it
             self._call("remove_lora", int_id=previous[1])
 
     def sleep(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -38,10 +39,16 @@ RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE, METRICS_
                          "wandb_id", "reward.png", "correctness.png", "speedup.png"})
 
 
+# The logs of learner ranks after the first and of rollout engine replicas after the first.
+ROLE_LOG = re.compile(r"(learner\.rank|rollout\.replica)[1-9][0-9]*\.log")
+
+
 def written_by_run(name: str) -> bool:
     """A top-level name a run writes: one of RUN_ENTRIES, a torn-line copy of one, or an atomic write's temp."""
     if name.startswith(".") and ".tmp" in name:
         name = name[1:name.index(".tmp")]
+    if ROLE_LOG.fullmatch(name):
+        return True
     return name in RUN_ENTRIES or (name.endswith(".torn") and name[:-5] in RUN_ENTRIES)
 
 

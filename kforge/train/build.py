@@ -91,7 +91,10 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
     from kforge.rollout.base import sampling_from_config
     from kforge.rollout.factory import choose_backend, make_backend
 
-    pool = EvalPool(cfg.evaluator, devices=plan.eval or None)
+    from kforge.evaluator.contention import GpuActivity
+
+    activity = GpuActivity()  # the learner's steps and the engine's calls, for the pool's timed runs
+    pool = EvalPool(cfg.evaluator, devices=plan.eval or None, activity=activity)
     learner = backend = None
     sampling = sampling_from_config(cfg)  # the learner scores tokens under what the engine sampled with
     try:
@@ -114,14 +117,15 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
             extra = {"log_path": str(run.path / "rollout.log")} if choose_backend(cfg.rollout.backend) == "vllm" else {}
 
             def restart():  # a fresh engine after a crash, on the same GPUs
-                return make_backend(cfg, plan.rollout, **extra)
+                return make_backend(cfg, plan.rollout, plan.rollout_tp, **extra)
 
             backend = restart()
         runner = EpisodeRunner.from_config(cfg, backend, pool.evaluate, retriever_for(cfg.dataset))
+        runner.engine_busy = lambda: activity.busy("rollout", plan.rollout)
     except BaseException:
         for part in (backend, learner, pool):
             if part is not None and hasattr(part, "close"):
                 part.close()
         raise
-    return Parts(learner, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart)
+    return Parts(learner, pool, runner, shares_model=plan.mode == "cpu", restart_backend=restart, activity=activity)
 

@@ -6,10 +6,15 @@ the eval pool), builds the Learner there and answers calls. Every call has a dea
 (`learner.call_timeout_s`): a learner that dies or hangs is reported within it, and the run saves what
 it can and fails with the reason (`--resume` continues from the last checkpoint). On a CPU-only machine
 the learner stays in-process so the hf rollout backend can share its weights.
+
+Several learner GPUs give one rank per GPU (`kforge.learner.ddp`), each its own served process seeing only
+its GPU: every rank gets every call that changes the adapter (they step together), and rank 0 alone writes
+adapters and checkpoints (every rank holds the same weights). A rank that fails fails the call at once.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 from typing import Any
 
 from kforge.gpus import child_visible_devices
@@ -27,13 +32,21 @@ class LearnerService:
     """What the child serves: the Learner, with the policy version returned where it changes."""
 
     def __init__(self, cfg_json: dict[str, Any], total_steps: int | None, sampling: SamplingParams | None = None,
-                 device: str = "cuda") -> None:
+                 device: str = "cuda", rendezvous: dict[str, Any] | None = None) -> None:
         from kforge.config.schema import KforgeConfig
+        from kforge.learner.ddp import Ranks, Rendezvous
         from kforge.learner.learner import Learner
 
         cfg = KforgeConfig.model_validate(cfg_json)
+        ranks = Ranks(Rendezvous(**rendezvous) if rendezvous else None, device)
+        model, tokenizer = self.base_model(cfg, device)
         # Log-probs under the rollout's sampling settings, as the engine reports them (IS ratios).
-        self.learner = Learner(cfg, device=device, total_steps=total_steps, sampling=sampling)
+        self.learner = Learner(cfg, device=device, model=model, tokenizer=tokenizer, total_steps=total_steps,
+                               sampling=sampling, ranks=ranks)
+
+    def base_model(self, cfg: Any, device: str) -> tuple[Any, Any]:
+        """(model, tokenizer) to train, or (None, None): the Learner loads `cfg.model` itself."""
+        return None, None
 
     def version(self) -> int:
         return int(self.learner.version)
@@ -52,35 +65,74 @@ class LearnerService:
         self.learner.load_checkpoint(path)
         return int(self.learner.version)
 
+    def close(self) -> None:
+        self.learner.ranks.close()
+
 
 class LearnerProcess:
-    """The Learner's interface (train_step, save_adapter, save/load_checkpoint, version) over a process."""
+    """The Learner's interface (train_step, save_adapter, save/load_checkpoint, version) over its processes."""
 
     def __init__(self, cfg: Any, devices: list[int], total_steps: int | None = None,
                  sampling: SamplingParams | None = None, *, factory: str = DEFAULT_FACTORY,
                  factory_kwargs: dict[str, Any] | None = None, log_path: str | None = None,
-                 start_timeout_s: float = 1800.0) -> None:
-        """`devices`: logical GPU indices as this process sees them; none = the CPU (tests)."""
+                 start_timeout_s: float = 1800.0, cpu_ranks: int = 1) -> None:
+        """`devices`: logical GPU indices as this process sees them, one rank each; none = the CPU, with
+        `cpu_ranks` ranks (gloo: the tests of the data-parallel learner)."""
+        from kforge.learner.ddp import free_port
+
         self.timeout_s = float(cfg.learner.call_timeout_s)
+        world = len(devices) if devices else max(1, cpu_ranks)
         kwargs = {"cfg_json": cfg.model_dump(mode="json"), "total_steps": total_steps, "sampling": sampling,
                   "device": "cuda" if devices else "cpu", **(factory_kwargs or {})}
-        env = {"CUDA_VISIBLE_DEVICES": child_visible_devices(devices)}
-        try:
-            self._proc = ServedProcess(factory, kwargs, name="learner", env=env,
-                                       log_path=log_path, start_timeout_s=start_timeout_s)
-        except ServedError as exc:
-            raise LearnerDied(f"the learner process failed to start: {exc}") from None
+        # One GPU per rank; CPU ranks see none.
+        envs = [{"CUDA_VISIBLE_DEVICES": child_visible_devices(devices[r:r + 1] if devices else [])}
+                for r in range(world)]
+        port = free_port() if world > 1 else 0
+
+        def start(rank: int) -> ServedProcess:
+            # A collective waiting for a rank that died gives up within the call deadline.
+            meet = {"rank": rank, "world": world, "port": port, "timeout_s": self.timeout_s}
+            rank_kwargs = dict(kwargs, rendezvous=meet) if world > 1 else kwargs
+            path = log_path if rank == 0 or not log_path else f"{log_path.removesuffix('.log')}.rank{rank}.log"
+            return ServedProcess(factory, rank_kwargs, name="learner" if rank == 0 else f"learner rank {rank}",
+                                 env=envs[rank], log_path=path, start_timeout_s=start_timeout_s)
+
+        # The ranks meet while they start, so they must all be starting at once.
+        self._pool = cf.ThreadPoolExecutor(max_workers=world, thread_name_prefix="kforge-learner-call")
+        started = [self._pool.submit(start, r) for r in range(world)]
+        self._procs: list[ServedProcess] = []
+        errors = []
+        for fut in started:
+            try:
+                self._procs.append(fut.result())
+            except ServedError as exc:
+                errors.append(exc)
+        if errors:
+            self.close()
+            raise LearnerDied(f"the learner process failed to start: {errors[0]}") from None
         # Cached so that the next step's rollouts can read it while a train_step is in flight (pipelined).
         self._version = int(self._call("version"))
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         try:
-            return self._proc.call(method, timeout_s=self.timeout_s, **kwargs)
+            return self._procs[0].call(method, timeout_s=self.timeout_s, **kwargs)
         except ServedError as exc:
             raise LearnerDied(str(exc)) from None
 
+    def _call_all(self, method: str, **kwargs: Any) -> Any:
+        """The call on every rank at once (they meet in collectives); rank 0's answer. The first rank to
+        fail fails the call: the others would wait for it in a collective until their deadline."""
+        if len(self._procs) == 1:
+            return self._call(method, **kwargs)
+        futs = [self._pool.submit(p.call, method, timeout_s=self.timeout_s, **kwargs) for p in self._procs]
+        cf.wait(futs, return_when=cf.FIRST_EXCEPTION)
+        for fut in futs:
+            if fut.done() and fut.exception() is not None:
+                raise LearnerDied(str(fut.exception())) from None
+        return futs[0].result()
+
     def train_step(self, samples: list[Any]) -> dict[str, float]:
-        metrics, self._version = self._call("train_step", samples=samples)
+        metrics, self._version = self._call_all("train_step", samples=samples)
         return metrics
 
     def save_adapter(self, path: str) -> None:
@@ -90,14 +142,20 @@ class LearnerProcess:
         self._call("save_checkpoint", path=str(path))
 
     def load_checkpoint(self, path: str) -> None:
-        self._version = int(self._call("load_checkpoint", path=str(path)))
+        self._version = int(self._call_all("load_checkpoint", path=str(path)))
 
     @property
     def version(self) -> int:
         return self._version
 
+    @property
+    def ranks(self) -> int:
+        return len(self._procs)
+
     def alive(self) -> bool:
-        return self._proc.alive()
+        return bool(self._procs) and all(p.alive() for p in self._procs)
 
     def close(self) -> None:
-        self._proc.close(timeout_s=30)
+        for p in self._procs:
+            p.close(timeout_s=30)
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -33,6 +33,10 @@ def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int], per_
     if not turns:
         return out
     out.update(_stats("reward", [t.score for t in turns]))
+    # Timed runs that shared their GPU with a learner step or the engine's decoding (skewed speedups); a
+    # verdict answered from the cache again is the same run.
+    out["timing/contended"] = float(len({id(t.verdict) for t in turns
+                                         if t.verdict is not None and t.verdict.details.get("timing_contended")}))
     components: dict[str, list[float]] = defaultdict(list)
     for t in turns:
         for name, value in t.reward_components.items():

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
+from kforge.evaluator.contention import GpuActivity
 from kforge.policy.records import Trajectory, Turn
 from kforge.policy.runner import EpisodeRunner, Rollouts
 from kforge.problems.record import Problem
@@ -63,6 +64,7 @@ class Parts:
     runner: EpisodeRunner  # holds the rollout backend: the one reference a restart replaces
     shares_model: bool  # the rollout backend samples from the learner's in-process model (CPU mode)
     restart_backend: Callable[[], Any] | None = None  # a fresh rollout backend (GPU placements)
+    activity: GpuActivity = field(default_factory=GpuActivity)  # who used which GPU when (the pool reads it)
 
     @property
     def backend(self) -> Any:
@@ -290,8 +292,9 @@ class Trainer:
         version = self.parts.learner.version
         self._learning = True  # stays set when train_step raises: the learner's state is then unknown
         try:
-            metrics = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self.parts.learner.train_step, samples)
+            with self.parts.activity.busy("learner", self.plan.learner):  # timed runs there see it
+                metrics = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self.parts.learner.train_step, samples)
         finally:
             times.learn_s = time.time() - t0
         self._learning = False

@@ -33,23 +33,18 @@ ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the 
 SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
 # Every name kforge writes at the top of a run folder (the roles' logs, the metric writers' and the plots'
 # outputs too): a folder holding anything else is never reused.
-RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE,
-                         STOP_FILE,
+RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE, STOP_FILE,
                          CHECKPOINTS_DIR, ADAPTERS_DIR, SAMPLES_DIR, "learner.log", "rollout.log", "tensorboard",
                          "wandb_id", "reward.png", "correctness.png", "speedup.png"})
-
-
 # The logs of learner ranks after the first and of rollout engine replicas after the first.
 ROLE_LOG = re.compile(r"(learner\.rank|rollout\.replica)[1-9][0-9]*\.log")
 
 
 def written_by_run(name: str) -> bool:
-    """A top-level name a run writes: one of RUN_ENTRIES, a torn-line copy of one, or an atomic write's temp."""
+    """A top-level name a run writes: one of RUN_ENTRIES, a role's log, a torn-line copy, or an atomic write's temp."""
     if name.startswith(".") and ".tmp" in name:
         name = name[1:name.index(".tmp")]
-    if ROLE_LOG.fullmatch(name):
-        return True
-    return name in RUN_ENTRIES or (name.endswith(".torn") and name[:-5] in RUN_ENTRIES)
+    return bool(ROLE_LOG.fullmatch(name)) or name in RUN_ENTRIES or (name.endswith(".torn") and name[:-5] in RUN_ENTRIES)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

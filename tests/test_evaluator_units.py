@@ -120,6 +120,26 @@ def test_compare_tolerances_and_failures() -> None:
     assert identical([ints], [ints.clone()]) and not identical([ints], [ints + 1])
 
 
+def test_complex_outputs_are_compared_on_both_parts_with_their_dtype_tolerance() -> None:
+    """double() of a complex tensor drops its imaginary part (a kernel leaving every imaginary part 0 was
+    correct), and complex dtypes fell to atol = rtol = 0 (an honest 1-ulp difference was incorrect)."""
+    cfg = EvaluatorConfig()
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.complex64, torch.complex128):
+        want = torch.randn(64, 32, dtype=dtype, generator=gen)
+        real_only = torch.complex(want.real, torch.zeros_like(want.imag))
+        res = compare_outputs([real_only], [want], cfg)
+        assert not res.passed and res.max_abs > 0.1, (dtype, res)
+        part = want.real.dtype
+        one_ulp = torch.complex(torch.nextafter(want.real, torch.full_like(want.real, torch.finfo(part).max)),
+                                torch.nextafter(want.imag, torch.full_like(want.imag, -torch.finfo(part).max)))
+        assert not torch.equal(one_ulp, want)
+        assert compare_outputs([one_ulp], [want], cfg).passed, dtype
+        assert not compare_outputs([want.conj().resolve_conj()], [want], cfg).passed
+    assert tolerance(torch.complex64, cfg) == tolerance(torch.float32, cfg)
+    assert tolerance(torch.complex128, cfg) == tolerance(torch.float64, cfg)
+
+
 def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
     scratch = "/tmp/kforge-abc123"
     text = (

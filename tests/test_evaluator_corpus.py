@@ -14,9 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
 from kforge.config.schema import EvaluatorConfig
-from kforge.evaluator import EvalPool, Status, Verdict
+from kforge.evaluator import EvalPool, Status, Verdict, sandbox
 from kforge.problems.record import Problem
 
 def _load_manifest():
@@ -304,3 +305,58 @@ def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> N
     verdicts = pool.evaluate_many([(p, p.solution, "triton") for p in problems])
     wrong = {p.key: (v.status.value, v.flags, v.details.get("reason")) for p, v in zip(problems, verdicts) if not v.correct}
     assert not wrong, wrong
+
+
+def _remove_replay_table() -> None:
+    """The segment replay_publish.py makes outlives its child when children share the host's IPC namespace."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    shmid = libc.shmget(0x6B667270, 0, 0)
+    if shmid >= 0:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def test_one_evaluation_cannot_hand_its_answers_to_a_later_one(pools: _Pools) -> None:
+    """replay_publish.py (honest) publishes the pairs it saw through System V shared memory; replay.py,
+    evaluated after it on the same problem, answers from them and computes nothing. It was `correct` with
+    no flag: every child shared the host's IPC namespace, and trial and timing inputs were the same for
+    every evaluation. With the in-process layers off (ctypes is theirs to refuse) it must not be correct."""
+    pool = pools["bare"]
+    by_file = {a.file: a for a in ATTACKS}
+    _remove_replay_table()
+    try:
+        first = pool.submit(make_problem("relu"), by_file["replay_publish.py"].code()).result(timeout=120)
+        assert first.correct, (first.status, first.flags, first.error)
+        again = pool.submit(make_problem("relu"), by_file["replay.py"].code()).result(timeout=120)
+        assert not again.correct, "a candidate that computes nothing replayed an earlier evaluation's outputs"
+        assert _manifest.matches(by_file["replay.py"].expect["bare"], again), (again.status, again.flags)
+        # Each defence on its own: the segment died with the publisher's IPC namespace (the host has none),
+        assert again.details["sandbox"]["namespaces"] & sandbox.CLONE_NEWIPC
+        import ctypes
+
+        assert ctypes.CDLL(None).shmget(0x6B667270, 0, 0) < 0, "a child's System V segment outlived it"
+    finally:
+        _remove_replay_table()
+
+
+def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:
+    """and the parent draws trial, decoy and timing inputs per evaluation (`evaluator.inputs_reuse` 1), so
+    a table of earlier pairs is of no use. What does not depend on the inputs' values is measured once:
+    the weights, the layout and the loop's clock are the same for every draw."""
+    pool = pools["all"]
+    slot, relu = pool._slots[0], make_problem("relu")
+    first, second = pool.references.get(slot, relu), pool.references.get(slot, relu)
+    seeds = [{s for s, _ in r.trials} | set(r.timing_seeds) | {r.decoy[0]} for r in (first, second)]
+    assert len(seeds[0]) == len(first.trials) + len(first.timing_seeds) + 1 and not seeds[0] & seeds[1]
+    assert not torch.equal(first.outputs[0][0], second.outputs[0][0])
+    assert first.clock is second.clock and first.init_seed == second.init_seed
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    assert pool.submit(relu, good).result(timeout=60).correct  # judged against a draw of its own
+    shared = EvalPool(EvaluatorConfig(**(pool.cfg.model_dump() | {"inputs_reuse": 2})), devices=None,
+                      cache_dir=pools.cache)
+    try:
+        a, b, c = (shared.references.get(shared._slots[0], relu) for _ in range(3))
+        assert a.timing_seeds == b.timing_seeds and not set(b.timing_seeds) & set(c.timing_seeds)
+    finally:
+        shared.close()

@@ -418,6 +418,65 @@ def test_the_child_is_unprivileged_and_host_settings_stay_read_only(tmp_path: Pa
     assert "open /proc/self/task/1/comm" in text, text  # what CUDA writes at init
 
 
+READ_ONLY_PROBE = """import os
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.rand(2)]
+
+
+def get_init_inputs():
+    results = [open(os.path.join(FOLDER, "built.so")).read()]
+    for what, path in (("write", os.path.join(FOLDER, "pairs.bin")), ("append", os.path.join(FOLDER, "built.so"))):
+        try:
+            with open(path, "a") as fh:
+                fh.write("replay table")
+            results.append(what + " allowed")
+        except OSError as exc:
+            results.append(what + " refused " + type(exc).__name__)
+    raise RuntimeError(" | ".join(results))
+"""
+
+
+@pytest.mark.parametrize("landlock", [False, True])
+def test_a_folder_given_to_read_is_read_only_to_the_child(tmp_path: Path, landlock: bool) -> None:
+    """A CUDA candidate's build folder, once built, is given to every child judged after it to read
+    only (it was writable: one evaluation could leave (input, output) pairs there for a later one). It
+    holds at the mount level with Landlock off, and under Landlock with reads restricted it is readable."""
+    import time
+
+    from kforge.evaluator.children import CgroupFactory, Child, Zygote
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "built.so").write_text("BUILT")
+    os.chmod(folder, 0o777)  # whoever the child runs as, only the sandbox may refuse the write
+    os.chmod(folder / "built.so", 0o666)
+    zygote = Zygote("probe", sandbox.clean_env(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""), tmp_path / "z.log")
+    cgroups = CgroupFactory()
+    request = {"env": zygote.env, "writable": [], "readable": [str(folder)], "memory_bytes": 4 << 30,
+               "landlock": landlock, "restrict_reads": True}
+    code = READ_ONLY_PROBE.replace("FOLDER", repr(str(folder)))
+    child = Child(zygote, cgroups, "reference", request, {"problem_code": code, "init_seed": 1, "device": "cpu"},
+                  str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        child.ask(None, "sandbox", deadline)
+        text = str(child.ask(None, "ready", deadline).get("message"))
+    finally:
+        child.close()
+        zygote.close()
+        cgroups.close()
+    assert "BUILT | write refused" in text and "append refused" in text, text
+    assert not (folder / "pairs.bin").exists() and (folder / "built.so").read_text() == "BUILT"
+
+
 def test_child_text_reaching_a_prompt_is_capped() -> None:
     from kforge.evaluator.feedback import MAX_LINE, MAX_TEXT
 

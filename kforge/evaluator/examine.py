@@ -66,7 +66,7 @@ class Examination:
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
                     "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
-        self.writable = [build_dir] if build_dir else []
+        self.readable = [build_dir] if build_dir else []  # built by a child of its own; read-only from here on
         self._spawn()
         assert self.child is not None
         self.durations["fork_s"] = self.child.fork_s
@@ -101,7 +101,7 @@ class Examination:
         if self.child is not None:
             self.child.close()
         arena = Arena(self.ref.arena_bytes, sealed=True)
-        self.child = self.ctx.child(self.slot, "candidate", self.job, self.writable, arena=arena)
+        self.child = self.ctx.child(self.slot, "candidate", self.job, readable=self.readable, arena=arena)
 
     # --- stages ------------------------------------------------------------------------------
     def _import(self) -> None:

@@ -235,11 +235,14 @@ class EvalPool:
     def _build(self, problem: Problem, code: str) -> tuple[str, Verdict | None, float]:
         """Compile a CUDA candidate's load_inline extension in a sandboxed child (CPU work), cached.
 
-        The build folder is the child's to write; whether it finished is recorded outside it, in a
-        folder no child can reach, so the parent never writes through a path a child controls."""
+        The build folder is the build child's to write, and read-only to every child judged after it
+        (examine.py): nothing an evaluation writes there reaches a later one. It is keyed by the source and
+        the problem, so one problem's evaluation leaves nothing for another's. Whether it finished is
+        recorded outside it, in a folder no child can reach, so the parent never writes through a path a
+        child controls."""
         import torch
 
-        key = sha(code, torch.__version__, self._slots[0].gpu_name)
+        key = sha(code, problem.code, torch.__version__, self._slots[0].gpu_name)
         build_dir = self.cache_dir / "cuda" / key
         done = self.cache_dir / "cuda-built" / key
         build_dir.mkdir(parents=True, exist_ok=True)

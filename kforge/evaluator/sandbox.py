@@ -20,6 +20,7 @@ from pathlib import Path
 _libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -109,18 +110,22 @@ def enter_namespaces(uid: int, gid: int) -> tuple[int, list[str]]:
     """Called in the outer child before it forks the inner one, which becomes PID 1 of the new PID
     namespace (when it dies the kernel kills everything it left behind). Returns (flags in force, notes).
 
-    As root: only the PID namespace here; the inner process makes its mount, network and UTS namespaces
-    itself (enter_private_namespaces) and then drops to an unprivileged uid (drop_privileges), with no
-    user namespace at all. As a user: a user namespace mapping the user's own ids, with the others."""
+    As root: only the PID namespace here; the inner process makes its mount, network, UTS and IPC
+    namespaces itself (enter_private_namespaces) and then drops to an unprivileged uid (drop_privileges),
+    with no user namespace at all. As a user: a user namespace mapping the user's own ids, with the others.
+
+    The IPC namespace: System V shared memory, semaphores and message queues outlive the process that
+    made them, and every child has the same uid; in the host's namespace one evaluation left (input,
+    output) pairs there for a later one to replay. A child's own namespace is destroyed with it."""
     notes: list[str] = []
     if os.geteuid() == 0:
         err = _unshare(CLONE_NEWPID)
         if err:
             notes.append(f"unshare(NEWPID): {os.strerror(err)}")
         return (0 if err else CLONE_NEWPID), notes
-    rest = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS
-    want = [CLONE_NEWUSER | rest, CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS, rest,
-            CLONE_NEWUSER | CLONE_NEWNET, CLONE_NEWNET]
+    rest = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC
+    want = [CLONE_NEWUSER | rest, CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, rest,
+            CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC, CLONE_NEWNET]
     for flags in want:
         err = _unshare(flags)
         if err == 0:
@@ -137,8 +142,9 @@ def enter_namespaces(uid: int, gid: int) -> tuple[int, list[str]]:
 
 
 def enter_private_namespaces() -> int:
-    """As root, in the inner child (PID 1 of its PID namespace): mount, network and UTS namespaces."""
-    for flags in (CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS, CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET):
+    """As root, in the inner child (PID 1 of its PID namespace): mount, network, UTS and IPC namespaces."""
+    for flags in (CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC,
+                  CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET):
         if _unshare(flags) == 0:
             return flags
     return 0

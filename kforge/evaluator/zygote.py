@@ -78,6 +78,9 @@ def _view(req: dict[str, Any], ns_flags: int, applied: dict[str, Any]) -> None:
             applied["exposed"] = mounts.expose(need, uid, gid)
         except OSError as exc:  # the job then fails where it cannot reach a path, and says which
             applied["exposed"] = f"failed: {exc}"
+    # Folders a child is given to read only (a CUDA build folder once built): read-only at the mount
+    # level too, whoever owns the files and whatever Landlock does here.
+    applied["read_only"] += [p for p in req.get("readable", []) if mounts.read_only(p, bind_first=True)]
 
 
 def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: int) -> None:

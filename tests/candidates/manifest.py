@@ -145,6 +145,8 @@ CASES = [
     Case("cuda_relu_correct.py", "relu", "unsupported", cpu_only=True, backend="cuda"),
     Case("cuda_illegal_access.py", "relu", "runtime_error|crashed", gpu_only=True, backend="cuda"),
     Case("cuda_pure_pytorch.py", "relu", "correct", ("no_kernel_launched",), gpu_only=True, backend="cuda"),
+    Case("cuda_build_folder_write.py", "relu", "correct", correct=True, gpu_only=True, backend="cuda", mode="bare",
+         notes="its built folder is read-only to it: a write there would make it answer zeros"),
 ]
 
 
@@ -166,7 +168,8 @@ class Attack:
     notes: str = ""
     problem: str = "relu"
     # The item of the README's threat model it attacks (1: who answers the parent's samples, 2: laundering
-    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category).
+    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category,
+    # 7: every evaluation independent).
     item: int = 0
     # What a GPU run must give instead, per mode, where the GPU legitimately differs (never `correct`
     # without a flag where the CPU's expectation is not).
@@ -312,6 +315,15 @@ ATTACKS = [
            "closure_guard.py with class patterns instead of text (`case object(__closure__=cells)`): banned in "
            "source (a class pattern's keywords are lookups like any `.name`); without the static check, as "
            "closure_guard.py", item=4),
+    # A pair, run in this order (tests/test_evaluator_corpus.py and bench/gpu_evaluator_corpus.py run it on
+    # its own, in sequence): an honest evaluation publishes (input, output) pairs, a later one replays them.
+    Attack("replay_publish.py", {"bare": "correct"},
+           "honest, and publishes every (input, output) pair it sees in System V shared memory (see replay.py)"),
+    Attack("replay.py", {"bare": "incorrect"},
+           "answers from the pairs replay_publish.py left, computing nothing: `correct`, no flag, while children "
+           "shared the host's IPC namespace and inputs were a function of (salt, problem). Each child now has its "
+           "own IPC namespace and the parent draws the inputs per evaluation: no table, no input seen before",
+           item=7),
     Attack("decoy_canary.py", {"all": "correct"},
            "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
            "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "

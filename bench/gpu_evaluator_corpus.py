@@ -93,7 +93,7 @@ def main() -> int:
     def fill(p: EvalPool, code: str) -> str:
         return code.replace("__PORT__", "9").replace("__SLEEP__", "4321.5").replace(
             "__TARGET__", "/tmp/kforge-escape-check.txt").replace("__POOL_PID__", str(os.getpid())).replace(
-            "__CACHE__", str(p.cache_dir)).replace("__SOLUTION__", str(solution))
+            "__CACHE__", str(p.cache_dir)).replace("__SOLUTION__", str(solution)).replace("__CHECKOUT__", str(ROOT))
 
     def judge_all(mode: str, items: list[tuple[str, str, str]]) -> list[tuple[Any, float]]:
         """(verdict, seconds from submission) per (problem, code, backend), judged in parallel."""

@@ -67,13 +67,15 @@ class _Pools:
 
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory: pytest.TempPathFactory):
-    old = os.environ.get("HF_TOKEN")
+    old, old_path = os.environ.get("HF_TOKEN"), os.environ["PATH"]
     os.environ["HF_TOKEN"] = SECRET  # the pools are created with a secret in their environment
+    os.environ["PATH"] = old_path + os.pathsep + "/kforge-trainer-path-marker"  # and a PATH of the trainer's
     ps = _Pools(tmp_path_factory.mktemp("kforge-cache"))
     try:
         yield ps
     finally:
         ps.close()
+        os.environ["PATH"] = old_path
         if old is None:
             os.environ.pop("HF_TOKEN", None)
         else:
@@ -226,7 +228,8 @@ _ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect if not (mode == 
 
 def _attack_code(attack, pools: _Pools) -> str:
     solution = Path(__file__).resolve().parents[1] / "kforge/problems/builtin/level1/solutions/1_Add.py"
-    return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution))
+    return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution)).replace(
+        "__CHECKOUT__", str(Path(__file__).resolve().parents[1]))
 
 
 @pytest.mark.parametrize("attack", PARENT_SIDE, ids=lambda a: a.file)
@@ -253,6 +256,20 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
         assert "Permission denied" in v.error, v.error
     if attack.file == "stderr_symlink.py" and mode == "bare":  # the parent's environ must not show
         assert "died from" in v.feedback and "PATH=" not in v.error and "HOME=" not in v.error, v.error
+    if attack.file == "host_text.py":  # nothing of the host reaches the text; the candidate's own lines do
+        import pwd
+
+        shown = v.error + v.feedback
+        own = set(attack.code().split()) | set(_manifest.RELU.split())
+        from kforge.evaluator.own_text import VOCABULARY
+
+        common = own | {w.lower() for w in VOCABULARY}  # a user named like a word of an error message
+        users = [u.pw_name for u in pwd.getpwall() if len(u.pw_name) > 3 and u.pw_name.lower() not in common]
+        host = [str(Path(__file__).resolve().parents[1]), "kforge-trainer-path-marker", os.uname().release,
+                "/usr/local/bin", "PYTHONPATH", "HOME=", "TMPDIR="] + users
+        assert not [h for h in host if h in shown], (host, shown)
+        assert "candidate.py, line" in v.error and "raise RuntimeError(host())" in v.error, v.error
+        assert "RuntimeError: " in v.error and len(v.error) <= 1200, v.error
     if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
         from kforge.evaluator.feedback import MAX_TEXT
 

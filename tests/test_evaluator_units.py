@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,33 @@ def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
     assert 'File "candidate.py", line 5, in forward' in out
 
 
+def test_error_text_for_a_prompt_is_built_from_the_candidates_own() -> None:
+    """Only the candidate's frames (with the parent's copy of each source line), the exception type and a
+    bounded message of words the candidate's source, the problem or kforge's vocabulary hold: nothing of
+    what the child read of the host, however it is written."""
+    from kforge.evaluator.own_text import MAX_MESSAGE, candidate_error
+
+    code = "import torch\n\ndef forward(x):\n    raise RuntimeError('bad shape ' + str(x.shape[0]))\n"
+    problem = "def get_inputs():\n    return [torch.rand(48, 40)]\n"
+    text = ("Traceback (most recent call last):\n"
+            '  File "/work/checkout/kforge/evaluator/loop.py", line 215, in serve\n'
+            "    msg = handlers[op](req)\n"
+            '  File "/tmp/kforge-pool-1/kforge-x/candidate.py", line 4, in forward\n'
+            "    PYTHONPATH=/work/checkout HOME=/home/alice\n"  # the child's claim of the source line
+            "RuntimeError: bad shape 48 PYTHONPATH=/work/checkout PATH=/home/alice/.local/bin "
+            "users root daemon alice release 6.8.0-1017-aws cpus 96 " + "x" * 2000 + "\n")
+    out = candidate_error(text, code, problem)
+    assert out.splitlines()[:2] == ["candidate.py, line 4, in forward",
+                                    "    raise RuntimeError('bad shape ' + str(x.shape[0]))"], out
+    assert out.splitlines()[2].startswith("RuntimeError: bad shape 48 ")
+    for host in ("checkout", "alice", "PYTHONPATH", "daemon", "1017", "aws", "96", "loop.py", "handlers", "HOME"):
+        assert host not in out, (host, out)
+    assert len(out.splitlines()[2]) <= len("RuntimeError: ") + MAX_MESSAGE
+    # A frame that is not the candidate's, an exception type nobody knows: nothing of them.
+    odd = 'File "/etc/passwd", line 1, in root\nLeakError0x: alice\nKeyError: alice'
+    assert candidate_error(odd, code, problem) == "KeyError: …"
+
+
 def test_clean_error_hides_a_harness_frame_whose_head_was_cut_off() -> None:
     # The child sends only the end of a long traceback: its first line can be a frame's tail.
     text = ('i22/kforge/evaluator/loop.py", line 215, in serve\n    msg = handlers[op](req)\n'
@@ -193,13 +221,20 @@ def test_explain_matches_what_the_kernel_allows() -> None:
     assert rows["network namespace (no network)"][0] == caps.netns
     assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp
     assert rows["[kernel] UTS namespace (hostname is its own)"][0] == caps.utsns
+    assert rows["[kernel] IPC namespace (System V and POSIX IPC die with the child)"][0] == caps.ipcns
     assert rows["[kernel] never root"][0] == (sandbox.child_ids()[0] != 0)
     assert all(isinstance(d, str) and d for _a, d in rows.values())
 
 
 def test_clean_env_drops_secrets() -> None:
-    env = sandbox.clean_env({"PATH": "/bin", "HF_TOKEN": "x" * 10, "OPENAI_API_KEY": "y" * 10, "LANG": "C"})
-    assert env == {"PATH": "/bin", "LANG": "C"}
+    trainer = "/home/someone/bin:/work/checkout/.venv/bin:" + os.environ.get("PATH", "/usr/bin")
+    env = sandbox.clean_env({"PATH": trainer, "HF_TOKEN": "x" * 10, "OPENAI_API_KEY": "y" * 10, "LANG": "C",
+                             "PYTHONPATH": "/work/checkout"})
+    assert set(env) == {"PATH", "LANG"} and env["LANG"] == "C"
+    # Not the trainer's PATH: the Python installation's folder, the build tools' folders, the system's.
+    assert "/home/someone/bin" not in env["PATH"] and "/work/checkout" not in env["PATH"]
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
     assert sandbox.secret_values({"HF_TOKEN": "abcdefgh", "HOME": "/root"}) == ["abcdefgh"]
 
 

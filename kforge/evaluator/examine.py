@@ -9,10 +9,12 @@ kernels). Timing runs only for a correct, unflagged candidate, the profile for e
 flagged one's coverage is still evidence); on a GPU both under the device's timing lock, released on
 every path.
 
-What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
-protocol before the child reported READY is a compile error, whatever the child called it or did; after
-it, a runtime error (or timeout, crash), unless the child claims the lesser compile error (a Triton kernel
-compiles at its first launch).
+What went wrong is the parent's to say, from what it saw: an error, a hang, a crash or a broken protocol
+before the child answered its first call is a compile error, whatever the child called it or did. A
+Triton kernel compiles at its first launch, and the child's words (an exception's class) are the
+candidate's to choose: a try/except could turn a compile failure into a RuntimeError. Only a call that
+ran to its answer shows that the candidate's code compiled; after one, a runtime error (or timeout, crash),
+unless the child claims the lesser compile error.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
-from kforge.evaluator.feedback import clean_error
+from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.judge import check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
@@ -61,8 +63,10 @@ class Examination:
         self.stage = "import"
         self.child: Child | None = None
         self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
+        self.answered = False  # a call ran to its answer: the one thing that shows the code compiled
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
+        self.problem_code = problem_code
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
                     "build_dir": build_dir, "audit_hook": self.cfg.audit_hook}
@@ -91,7 +95,8 @@ class Examination:
         except Exception as exc:  # noqa: BLE001 - a protocol violation, or anything else the child's data raised
             self.v.status = self._failed(Status.CRASHED)
             self.v.flags.append("protocol_violation")
-            self.v.details["reason"] = f"the child broke the evaluation protocol ({str(exc)[:200] or type(exc).__name__})"
+            why = own_words(str(exc)[:200], self.job["code"], self.problem_code)  # it may quote the child
+            self.v.details["reason"] = f"the child broke the evaluation protocol ({why or type(exc).__name__})"
         finally:
             self.child.close()
         return self.v
@@ -140,6 +145,7 @@ class Examination:
             where = ref.trial_positions[k] if ref.trial_positions is not None else P.ALL
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
+            self.answered = True
             evidence[k] = dict(ans.get("evidence") or {})
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
@@ -228,20 +234,23 @@ class Examination:
 
     # --- endings -----------------------------------------------------------------------------
     def _failed(self, status: Status) -> Status:
-        """The status of a failure the parent saw: whatever ended a child before it reported READY (an
+        """The status of a failure the parent saw: whatever ended a child before it answered a call (an
         error, a hang, a crash, a broken protocol) is a compile error; it never compiled as far as the
-        parent knows, and a candidate must not buy the compile reward by hanging or dying at import."""
-        return Status.COMPILE_ERROR if self.stage == "import" else status
+        parent knows, and a candidate must not buy the compile reward by hanging, dying or naming its error."""
+        if self.answered:
+            return status
+        if status is not Status.COMPILE_ERROR and self.stage != "import":
+            self.v.details["reason"] = "no call ran to its answer, so nothing is known to have compiled"
+        return Status.COMPILE_ERROR
 
     def _child_error(self, msg: dict[str, Any]) -> None:
         assert self.child is not None
-        self.v.error = clean_error(str(msg.get("message", "")), self.child.scratch, self.ctx.secrets)
-        if self.stage == "import":
-            self.v.status = Status.COMPILE_ERROR  # it never got as far as READY
-        elif self.stage == "timing":  # correct before, broken when called again: caching or state
+        self.v.error = self._own(str(msg.get("message", "")))
+        if self.stage == "timing":  # correct before, broken when called again: caching or state
             self.v.flags.append("failed_when_timed")
-        else:
-            self.v.status = Status.COMPILE_ERROR if msg.get("category") == "compile_error" else Status.RUNTIME_ERROR
+        else:  # a claim of the lesser compile error is believed; a runtime error only after an answered call
+            self.v.status = self._failed(Status.COMPILE_ERROR if msg.get("category") == "compile_error"
+                                         else Status.RUNTIME_ERROR)
 
     def _timed_out(self) -> None:
         limits = {"import": self.cfg.compile_timeout_s, "run": self.cfg.run_timeout_s,
@@ -267,4 +276,8 @@ class Examination:
                 self.v.details["reason"] += " (likely out of memory)"
         else:
             self.v.details["reason"] = f"The process exited with code {info.get('code')} before reporting"
-        self.v.error = clean_error(self.child.stderr_tail(), self.child.scratch, self.ctx.secrets)
+        self.v.error = self._own(self.child.stderr_tail())
+
+    def _own(self, text: str) -> str:
+        """What of the child's text may reach a prompt: built from the candidate's own (own_text.py)."""
+        return candidate_error(text, self.job["code"], self.problem_code)

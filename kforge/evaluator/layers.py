@@ -167,8 +167,10 @@ def explain() -> list[tuple[str, bool, str]]:
         ("seccomp (no AF_INET/AF_INET6 sockets, no ptrace)", c.seccomp, "libseccomp via ctypes"
          if c.seccomp else "libseccomp.so.2 not found"),
         ("rlimits DATA/FSIZE/CORE/NPROC (not AS)", True, "RLIMIT_DATA = evaluator.memory_limit_gb"),
-        ("scrubbed environment", True, "only PATH, locale and CUDA/compiler variables survive"),
-        ("[parent] child text in feedback capped", True, "8 lines of 200 characters, 1200 in all"),
+        ("scrubbed environment", True, "locale and CUDA/compiler variables; a PATH of its own (the Python "
+         "installation's, the build tools', the system's); nothing of the trainer's PATH or PYTHONPATH"),
+        ("[parent] child text in feedback built from the candidate's own", True, "its frames with the parent's "
+         "copy of each line, the exception type, a message of its own words (300 characters); 1200 in all"),
         ("[in-process] static checks", True, "no sys/os/gc/inspect/ctypes/exec/open/dunders/patching/loaders in the source"),
         ("[in-process] audit hook", True, "frames, gc, ctypes, files, processes, sockets refused; no new code or "
          "unpickling with a candidate frame on the stack"),

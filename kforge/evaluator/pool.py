@@ -29,7 +29,8 @@ from kforge.evaluator import layers, sandbox
 from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Slot, Zygote
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.examine import Examination, timings_from
-from kforge.evaluator.feedback import clean_error, write_feedback
+from kforge.evaluator.feedback import write_feedback
+from kforge.evaluator.own_text import candidate_error
 from kforge.evaluator.reference import ReferenceCache
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.verdict import Status, Timings, Verdict
@@ -260,7 +261,7 @@ class EvalPool:
                 done.write_text("ok")
                 return str(build_dir), None, time.monotonic() - t0
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
-                        error=clean_error(str(msg.get("message", "")), child.scratch, self.ctx.secrets, 12))
+                        error=candidate_error(str(msg.get("message", "")), code, problem.code, 12))
             return str(build_dir), self._finish(v), v.compile_s
         except TimeoutError:  # a build that never finishes did not compile (TIMEOUT would earn the compile reward)
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
@@ -268,7 +269,7 @@ class EvalPool:
             return str(build_dir), self._finish(v), v.compile_s
         except (EOFError, ProtocolViolation):
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
-                        error=clean_error(child.stderr_tail(), child.scratch, self.ctx.secrets))
+                        error=candidate_error(child.stderr_tail(), code, problem.code))
             return str(build_dir), self._finish(v), v.compile_s
         finally:
             child.close()

@@ -13,6 +13,7 @@ import ctypes
 import glob
 import os
 import resource
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -32,9 +33,10 @@ PR_SET_CHILD_SUBREAPER = 36
 
 UNPRIVILEGED = 65534  # a root trainer's children run as "nobody" (this id when there is no such entry)
 
-# Environment variables a child keeps; everything else (tokens, keys, proxies) is dropped.
+# Environment variables a child keeps; everything else (tokens, keys, proxies, the trainer's PATH and
+# PYTHONPATH) is dropped. They name the locale, the CUDA toolkit and compilers, and thread counts.
 ENV_KEEP = (
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "LD_LIBRARY_PATH",
+    "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "LD_LIBRARY_PATH",
     "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "NVCC", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
 )
@@ -46,11 +48,26 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "loca
              "nsswitch.conf", "alternatives", "nvidia")
 
 
+SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+# What a CUDA build runs (torch's load_inline: the compilers and ninja); found on the trainer's PATH.
+BUILD_TOOLS = ("nvcc", "ninja", "c++", "g++", "gcc", "cc")
+
+
+def child_path(trainer_path: str | None) -> str:
+    """The PATH of a zygote and its children: the Python installation's own folder (where pip puts
+    ninja), the folders of the build tools, the system's. Never the trainer's PATH: it tells where the
+    trainer's user keeps things (its home, its checkout)."""
+    dirs = [os.path.dirname(sys.executable)]
+    dirs += [os.path.dirname(found) for tool in BUILD_TOOLS if (found := shutil.which(tool, path=trainer_path))]
+    dirs += SYSTEM_PATH
+    return os.pathsep.join(dict.fromkeys(d for d in dirs if d))
+
+
 def clean_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """The environment a zygote or child starts from: a short allow-list plus `extra`."""
+    """The environment a zygote or child starts from: a short allow-list, its own PATH, plus `extra`."""
     base = dict(os.environ if base is None else base)
     env = {k: base[k] for k in ENV_KEEP if k in base}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = child_path(base.get("PATH"))
     env.update(extra)
     return env
 

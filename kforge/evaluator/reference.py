@@ -107,7 +107,7 @@ class ReferenceCache:
     def get(self, slot: Slot, problem: Problem, baselines: tuple[str, ...] = ()) -> Reference:
         """The reference for one evaluation: the cached timing and layout with a draw of inputs that at
         most `evaluator.inputs_reuse` evaluations share."""
-        ref, key, fresh = self._timed(slot, problem, baselines)
+        ref, key, fresh = self.timed(slot, problem, baselines)
         if ref.error:
             return ref
         with self._lock:
@@ -125,7 +125,7 @@ class ReferenceCache:
             self._draws[key] = (draw, 1)
         return draw
 
-    def _timed(self, slot: Slot, problem: Problem, baselines: tuple[str, ...]) -> tuple[Reference, tuple[str, str], bool]:
+    def timed(self, slot: Slot, problem: Problem, baselines: tuple[str, ...]) -> tuple[Reference, tuple[str, str], bool]:
         """The reference with its timing, per (problem, plan, device), from memory, disk or a run now; and
         whether it was run now (its inputs then are a fresh draw no evaluation has used)."""
         cfg = self.ctx.cfg

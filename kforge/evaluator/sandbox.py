@@ -49,8 +49,9 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "loca
 
 
 SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
-# What a CUDA build runs (torch's load_inline: the compilers and ninja); found on the trainer's PATH.
-BUILD_TOOLS = ("nvcc", "ninja", "c++", "g++", "gcc", "cc")
+# What a build runs (torch's load_inline: the compilers and ninja; Triton's launcher: a C compiler), found
+# on the trainer's PATH.
+BUILD_TOOLS = ("nvcc", "ninja", "c++", "g++", "gcc", "cc", "clang")
 
 
 def child_path(trainer_path: str | None) -> str:

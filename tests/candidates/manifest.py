@@ -148,7 +148,7 @@ CASES = [
     Case("cuda_relu_correct.py", "relu", "unsupported", cpu_only=True, backend="cuda"),
     Case("cuda_illegal_access.py", "relu", "compile_error", gpu_only=True, backend="cuda"),
     Case("cuda_pure_pytorch.py", "relu", "correct", ("no_kernel_launched",), gpu_only=True, backend="cuda"),
-    Case("cuda_build_folder_write.py", "relu", "correct", correct=True, gpu_only=True, backend="cuda", mode="bare",
+    Case("attacks/build_folder_write.py", "relu", "correct", correct=True, gpu_only=True, backend="cuda", mode="bare",
          notes="its built folder is read-only to it: a write there would make it answer zeros"),
 ]
 

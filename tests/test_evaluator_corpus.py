@@ -377,3 +377,18 @@ def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:
         assert a.timing_seeds == b.timing_seeds and not set(b.timing_seeds) & set(c.timing_seeds)
     finally:
         shared.close()
+
+
+def test_a_draw_of_inputs_that_fails_is_the_references_fault(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference's run on an evaluation's new inputs goes on while the candidate's child starts; when
+    it fails, the verdict says the reference failed (no candidate is blamed, none is passed)."""
+    pool = pools["all"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the reference ran out of budget")
+
+    monkeypatch.setattr(pool.references, "draw", broken)
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    v = pool.submit(make_problem("relu"), good).result(timeout=60)
+    assert v.status is Status.RUNTIME_ERROR and v.details.get("reference_error") and not v.correct, v.details
+    assert "reference failed" in v.error and "not the candidate's fault" in v.feedback

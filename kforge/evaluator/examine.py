@@ -19,10 +19,12 @@ unless the child claims the lesser compile error.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import statistics
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from kforge.evaluator import drive
@@ -56,8 +58,12 @@ class _Stop(Exception):
 
 
 class Examination:
-    def __init__(self, ctx: PoolContext, slot: Slot, ref: Reference, v: Verdict) -> None:
+    def __init__(self, ctx: PoolContext, slot: Slot, ref: Reference, v: Verdict,
+                 drawn: Future[Reference] | None = None) -> None:
+        """`ref`: the reference's timing and layout; `drawn`: the same with this evaluation's inputs, still
+        being computed while the child starts (None: `ref` holds them)."""
         self.ctx, self.slot, self.ref, self.v = ctx, slot, ref, v
+        self.drawn = drawn
         self.cfg = ctx.cfg
         self.durations: dict[str, float] = v.details.setdefault("durations", {})
         self.stage = "import"
@@ -76,6 +82,7 @@ class Examination:
         self.durations["fork_s"] = self.child.fork_s
         try:
             self._import()
+            self._inputs()
             self._trials(decoy=backend == "triton" and self.ref.decoy is not None)
             if self.v.status is Status.CORRECT:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
@@ -118,6 +125,22 @@ class Examination:
         self.durations.update({k: float(x) for k, x in dict(ready.get("durations") or {}).items()})
         self.v.compile_s += self.durations.get("import_s", 0.0) + self.durations.get("init_s", 0.0)
         self.ready_evidence.append(dict(ready.get("evidence") or {}))
+
+    def _inputs(self) -> None:
+        """Wait for this evaluation's draw of inputs (and the reference's outputs on them)."""
+        if self.drawn is None:
+            return
+        try:
+            ref = self.drawn.result()
+        except Exception as exc:  # noqa: BLE001 - the reference's run, not the candidate's
+            ref = dataclasses.replace(self.ref, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        if ref.error:
+            self.v.status = Status.RUNTIME_ERROR
+            self.v.error = "reference failed: " + ref.error
+            self.v.details.update(reason="the problem's reference Model failed; not the candidate's fault",
+                                  reference_error=True)
+            raise _Stop
+        self.ref = ref
 
     def _trials(self, decoy: bool) -> None:
         """The correctness trials in the parent's order, the decoy trial among them at a random place

@@ -76,6 +76,8 @@ class EvalPool:
                 self._tokens.put(slot)
         self._executor = cf.ThreadPoolExecutor(max_workers=per_slot * len(self._slots), thread_name_prefix="kforge-eval")
         self._builders = cf.ThreadPoolExecutor(max_workers=cfg.build_workers, thread_name_prefix="kforge-build")
+        # Runs of the reference on an evaluation's new inputs, while the candidate's child starts and imports.
+        self._drawers = cf.ThreadPoolExecutor(max_workers=per_slot * len(self._slots), thread_name_prefix="kforge-draw")
         self.references = ReferenceCache(self.ctx)
         self._baseline_file: dict[str, Any] | None = None
         if cfg.baseline_file:
@@ -144,6 +146,7 @@ class EvalPool:
         self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._builders.shutdown(wait=True, cancel_futures=True)
+        self._drawers.shutdown(wait=True, cancel_futures=True)
         for slot in self._slots:
             slot.zygote.close()
         self.ctx.cgroups.close()
@@ -199,7 +202,7 @@ class EvalPool:
                   build_dir: str | None, compile_s: float, flags: list[str]) -> Verdict:
         t_start = time.monotonic()
         baselines = (self.cfg.baseline,) if measure and self._file_baseline(problem) is None else ()
-        ref = self.references.get(slot, problem, baselines)
+        ref, key, fresh = self.references.timed(slot, problem, baselines)
         if ref.error and _out_of_memory(ref.error):
             return self._finish(Verdict(Status.UNSUPPORTED, error=ref.error, details={
                 "reason": "skipped: the problem does not fit on this device (its reference ran out of memory)",
@@ -212,7 +215,8 @@ class EvalPool:
         v = Verdict(Status.RUNTIME_ERROR, flags=list(flags), compile_s=compile_s,
                     timing_meaningful=slot.on_gpu and measure)
         v.details["durations"] = {"build_s": compile_s}
-        Examination(self.ctx, slot, ref, v).run(code, problem.code, backend, build_dir)
+        drawn = self._drawers.submit(self.references.draw, slot, problem, ref, key, fresh)
+        Examination(self.ctx, slot, ref, v, drawn).run(code, problem.code, backend, build_dir)
         v.run_s = time.monotonic() - t_start
         if v.timings is not None and v.timing_meaningful:
             base = self._file_baseline(problem) or timings_from(ref.baseline_ms.get(self.cfg.baseline, [])

@@ -108,8 +108,11 @@ class ReferenceCache:
         """The reference for one evaluation: the cached timing and layout with a draw of inputs that at
         most `evaluator.inputs_reuse` evaluations share."""
         ref, key, fresh = self.timed(slot, problem, baselines)
-        if ref.error:
-            return ref
+        return ref if ref.error else self.draw(slot, problem, ref, key, fresh)
+
+    def draw(self, slot: Slot, problem: Problem, ref: Reference, key: tuple[str, str], fresh: bool) -> Reference:
+        """`ref` (what `timed` gave) with the inputs of the current draw, or of a new one when the current
+        one has served `evaluator.inputs_reuse` evaluations (a run of the reference on them, not timed)."""
         with self._lock:
             draw, uses = self._draws.get(key, (ref, self.ctx.cfg.inputs_reuse)) if not fresh else (ref, 0)
             if uses < self.ctx.cfg.inputs_reuse:

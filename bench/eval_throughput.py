@@ -346,6 +346,9 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--big", action="store_true", help="add the 6.4 GB-input problems (19, 20, 21, 23)")
     ap.add_argument("--only", default="", help="comma-separated problem ids: only their candidates")
+    ap.add_argument("--repeat", type=int, default=1, help="judge the candidates this many times in one pool "
+                    "(after the first round every reference is cached: the steady state of a training run)")
+    ap.add_argument("--inputs-reuse", type=int, default=None, help="evaluator.inputs_reuse (default: the config's)")
     args = ap.parse_args()
 
     import torch
@@ -372,13 +375,18 @@ def main() -> int:
         items = [it for it in items if it[1].problem_id in keep]
     gpu = torch.cuda.is_available() and not args.cpu
     cfg = EvaluatorConfig(timing_trials=args.timing_trials, workers_per_gpu=args.workers_per_gpu,
-                          run_timeout_s=300.0, compile_timeout_s=300.0)
+                          run_timeout_s=300.0, compile_timeout_s=300.0,
+                          **({"inputs_reuse": args.inputs_reuse} if args.inputs_reuse else {}))
     t0 = time.monotonic()
     with EvalPool(cfg, devices=[0] if gpu else None, cache_dir=args.cache_dir) as pool:
         t_ready = time.monotonic()
         device = pool.gpu_names[0]
-        verdicts = pool.evaluate_many([(p, code, "triton") for _label, p, code in items])
-    wall = time.monotonic() - t_ready
+        rounds = []
+        for _ in range(args.repeat):
+            t_round = time.monotonic()
+            verdicts = pool.evaluate_many([(p, code, "triton") for _label, p, code in items])
+            rounds.append(time.monotonic() - t_round)
+    wall = rounds[-1]
     print(f"device: {device}  torch {torch.__version__}  pool start {t_ready - t0:.1f} s  "
           f"workers/GPU {cfg.workers_per_gpu}  timing trials {cfg.timing_trials}")
     keys = ("fork_s", "cuda_init_s", "import_s", "first_trial_s", "correctness_s", "timing_s")
@@ -404,7 +412,8 @@ def main() -> int:
     n = len(items)
     good = sum(1 for (label, _p, _c), v in zip(items, verdicts) if (label == "correct") == v.correct)
     print(f"\n{n} candidates in {wall:.1f} s = {60 * n / wall:.1f} candidates/min on 1 "
-          f"{'GPU' if gpu else 'CPU pool'}; {good}/{n} verdicts as intended")
+          f"{'GPU' if gpu else 'CPU pool'}; {good}/{n} verdicts as intended; inputs_reuse {cfg.inputs_reuse}"
+          + (f"; rounds {', '.join(f'{r:.1f}' for r in rounds)} s (the table and rate: the last)" if len(rounds) > 1 else ""))
     for k in keys:
         vals = [v.details.get("durations", {}).get(k) for v in verdicts]
         vals = [x for x in vals if x is not None]

@@ -14,9 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
 from kforge.config.schema import EvaluatorConfig
-from kforge.evaluator import EvalPool, Status, Verdict
+from kforge.evaluator import EvalPool, Status, Verdict, sandbox
 from kforge.problems.record import Problem
 
 def _load_manifest():
@@ -66,13 +67,15 @@ class _Pools:
 
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory: pytest.TempPathFactory):
-    old = os.environ.get("HF_TOKEN")
+    old, old_path = os.environ.get("HF_TOKEN"), os.environ["PATH"]
     os.environ["HF_TOKEN"] = SECRET  # the pools are created with a secret in their environment
+    os.environ["PATH"] = old_path + os.pathsep + "/kforge-trainer-path-marker"  # and a PATH of the trainer's
     ps = _Pools(tmp_path_factory.mktemp("kforge-cache"))
     try:
         yield ps
     finally:
         ps.close()
+        os.environ["PATH"] = old_path
         if old is None:
             os.environ.pop("HF_TOKEN", None)
         else:
@@ -225,7 +228,8 @@ _ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect if not (mode == 
 
 def _attack_code(attack, pools: _Pools) -> str:
     solution = Path(__file__).resolve().parents[1] / "kforge/problems/builtin/level1/solutions/1_Add.py"
-    return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution))
+    return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution)).replace(
+        "__CHECKOUT__", str(Path(__file__).resolve().parents[1]))
 
 
 @pytest.mark.parametrize("attack", PARENT_SIDE, ids=lambda a: a.file)
@@ -252,6 +256,20 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
         assert "Permission denied" in v.error, v.error
     if attack.file == "stderr_symlink.py" and mode == "bare":  # the parent's environ must not show
         assert "died from" in v.feedback and "PATH=" not in v.error and "HOME=" not in v.error, v.error
+    if attack.file == "host_text.py":  # nothing of the host reaches the text; the candidate's own lines do
+        import pwd
+
+        shown = v.error + v.feedback
+        own = set(attack.code().split()) | set(_manifest.RELU.split())
+        from kforge.evaluator.own_text import VOCABULARY
+
+        common = own | {w.lower() for w in VOCABULARY}  # a user named like a word of an error message
+        users = [u.pw_name for u in pwd.getpwall() if len(u.pw_name) > 3 and u.pw_name.lower() not in common]
+        host = [str(Path(__file__).resolve().parents[1]), "kforge-trainer-path-marker", os.uname().release,
+                "/usr/local/bin", "PYTHONPATH", "HOME=", "TMPDIR="] + users
+        assert not [h for h in host if h in shown], (host, shown)
+        assert "candidate.py, line" in v.error and "raise RuntimeError(host())" in v.error, v.error
+        assert "RuntimeError: " in v.error and len(v.error) <= 1200, v.error
     if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
         from kforge.evaluator.feedback import MAX_TEXT
 
@@ -320,3 +338,73 @@ def test_library_laundering_is_refused_below_the_interpreter(pools: _Pools, name
     assert BELOW_INTERPRETER[name] in v.error, v.error
     lockdown = v.details["sandbox"]["lockdown"]
     assert lockdown["seccomp"][0] and lockdown["landlock"][0] and lockdown["killed_leftovers"], lockdown
+
+
+def _remove_replay_table() -> None:
+    """The segment replay_publish.py makes outlives its child when children share the host's IPC namespace."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    shmid = libc.shmget(0x6B667270, 0, 0)
+    if shmid >= 0:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def test_one_evaluation_cannot_hand_its_answers_to_a_later_one(pools: _Pools) -> None:
+    """replay_publish.py (honest) publishes the pairs it saw through System V shared memory; replay.py,
+    evaluated after it on the same problem, answers from them and computes nothing. It was `correct` with
+    no flag: every child shared the host's IPC namespace, and trial and timing inputs were the same for
+    every evaluation. With the in-process layers off (ctypes is theirs to refuse) it must not be correct."""
+    pool = pools["bare"]
+    by_file = {a.file: a for a in ATTACKS}
+    _remove_replay_table()
+    try:
+        first = pool.submit(make_problem("relu"), by_file["replay_publish.py"].code()).result(timeout=120)
+        assert first.correct, (first.status, first.flags, first.error)
+        again = pool.submit(make_problem("relu"), by_file["replay.py"].code()).result(timeout=120)
+        assert not again.correct, "a candidate that computes nothing replayed an earlier evaluation's outputs"
+        assert _manifest.matches(by_file["replay.py"].expect["bare"], again), (again.status, again.flags)
+        # Each defence on its own: the segment died with the publisher's IPC namespace (the host has none),
+        assert again.details["sandbox"]["namespaces"] & sandbox.CLONE_NEWIPC
+        import ctypes
+
+        assert ctypes.CDLL(None).shmget(0x6B667270, 0, 0) < 0, "a child's System V segment outlived it"
+    finally:
+        _remove_replay_table()
+
+
+def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:
+    """and the parent draws trial, decoy and timing inputs per evaluation (`evaluator.inputs_reuse` 1), so
+    a table of earlier pairs is of no use. What does not depend on the inputs' values is measured once:
+    the weights, the layout and the loop's clock are the same for every draw."""
+    pool = pools["all"]
+    slot, relu = pool._slots[0], make_problem("relu")
+    first, second = pool.references.get(slot, relu), pool.references.get(slot, relu)
+    seeds = [{s for s, _ in r.trials} | set(r.timing_seeds) | {r.decoy[0]} for r in (first, second)]
+    assert len(seeds[0]) == len(first.trials) + len(first.timing_seeds) + 1 and not seeds[0] & seeds[1]
+    assert not torch.equal(first.outputs[0][0], second.outputs[0][0])
+    assert first.clock is second.clock and first.init_seed == second.init_seed
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    assert pool.submit(relu, good).result(timeout=60).correct  # judged against a draw of its own
+    shared = EvalPool(EvaluatorConfig(**(pool.cfg.model_dump() | {"inputs_reuse": 2})), devices=None,
+                      cache_dir=pools.cache)
+    try:
+        a, b, c = (shared.references.get(shared._slots[0], relu) for _ in range(3))
+        assert a.timing_seeds == b.timing_seeds and not set(b.timing_seeds) & set(c.timing_seeds)
+    finally:
+        shared.close()
+
+
+def test_a_draw_of_inputs_that_fails_is_the_references_fault(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference's run on an evaluation's new inputs goes on while the candidate's child starts; when
+    it fails, the verdict says the reference failed (no candidate is blamed, none is passed)."""
+    pool = pools["all"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the reference ran out of budget")
+
+    monkeypatch.setattr(pool.references, "draw", broken)
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    v = pool.submit(make_problem("relu"), good).result(timeout=60)
+    assert v.status is Status.RUNTIME_ERROR and v.details.get("reference_error") and not v.correct, v.details
+    assert "reference failed" in v.error and "not the candidate's fault" in v.feedback

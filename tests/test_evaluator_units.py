@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,26 @@ def test_compare_tolerances_and_failures() -> None:
     assert identical([ints], [ints.clone()]) and not identical([ints], [ints + 1])
 
 
+def test_complex_outputs_are_compared_on_both_parts_with_their_dtype_tolerance() -> None:
+    """double() of a complex tensor drops its imaginary part (a kernel leaving every imaginary part 0 was
+    correct), and complex dtypes fell to atol = rtol = 0 (an honest 1-ulp difference was incorrect)."""
+    cfg = EvaluatorConfig()
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.complex64, torch.complex128):
+        want = torch.randn(64, 32, dtype=dtype, generator=gen)
+        real_only = torch.complex(want.real, torch.zeros_like(want.imag))
+        res = compare_outputs([real_only], [want], cfg)
+        assert not res.passed and res.max_abs > 0.1, (dtype, res)
+        part = want.real.dtype
+        one_ulp = torch.complex(torch.nextafter(want.real, torch.full_like(want.real, torch.finfo(part).max)),
+                                torch.nextafter(want.imag, torch.full_like(want.imag, -torch.finfo(part).max)))
+        assert not torch.equal(one_ulp, want)
+        assert compare_outputs([one_ulp], [want], cfg).passed, dtype
+        assert not compare_outputs([want.conj().resolve_conj()], [want], cfg).passed
+    assert tolerance(torch.complex64, cfg) == tolerance(torch.float32, cfg)
+    assert tolerance(torch.complex128, cfg) == tolerance(torch.float64, cfg)
+
+
 def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
     scratch = "/tmp/kforge-abc123"
     text = (
@@ -135,6 +156,33 @@ def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
     assert "kforge/evaluator" not in out and "^^^" not in out and "/tmp/kforge" not in out
     assert "hf_supersecret" not in out and "***" in out
     assert 'File "candidate.py", line 5, in forward' in out
+
+
+def test_error_text_for_a_prompt_is_built_from_the_candidates_own() -> None:
+    """Only the candidate's frames (with the parent's copy of each source line), the exception type and a
+    bounded message of words the candidate's source, the problem or kforge's vocabulary hold: nothing of
+    what the child read of the host, however it is written."""
+    from kforge.evaluator.own_text import MAX_MESSAGE, candidate_error
+
+    code = "import torch\n\ndef forward(x):\n    raise RuntimeError('bad shape ' + str(x.shape[0]))\n"
+    problem = "def get_inputs():\n    return [torch.rand(48, 40)]\n"
+    text = ("Traceback (most recent call last):\n"
+            '  File "/work/checkout/kforge/evaluator/loop.py", line 215, in serve\n'
+            "    msg = handlers[op](req)\n"
+            '  File "/tmp/kforge-pool-1/kforge-x/candidate.py", line 4, in forward\n'
+            "    PYTHONPATH=/work/checkout HOME=/home/alice\n"  # the child's claim of the source line
+            "RuntimeError: bad shape 48 PYTHONPATH=/work/checkout PATH=/home/alice/.local/bin "
+            "users root daemon alice release 6.8.0-1017-aws cpus 96 " + "x" * 2000 + "\n")
+    out = candidate_error(text, code, problem)
+    assert out.splitlines()[:2] == ["candidate.py, line 4, in forward",
+                                    "    raise RuntimeError('bad shape ' + str(x.shape[0]))"], out
+    assert out.splitlines()[2].startswith("RuntimeError: bad shape 48 ")
+    for host in ("checkout", "alice", "PYTHONPATH", "daemon", "1017", "aws", "96", "loop.py", "handlers", "HOME"):
+        assert host not in out, (host, out)
+    assert len(out.splitlines()[2]) <= len("RuntimeError: ") + MAX_MESSAGE
+    # A frame that is not the candidate's, an exception type nobody knows: nothing of them.
+    odd = 'File "/etc/passwd", line 1, in root\nLeakError0x: alice\nKeyError: alice'
+    assert candidate_error(odd, code, problem) == "KeyError: …"
 
 
 def test_clean_error_hides_a_harness_frame_whose_head_was_cut_off() -> None:
@@ -173,6 +221,7 @@ def test_explain_matches_what_the_kernel_allows() -> None:
     assert rows["network namespace (no network)"][0] == caps.netns
     assert rows["seccomp (no AF_INET/AF_INET6 sockets, no ptrace)"][0] == caps.seccomp
     assert rows["[kernel] UTS namespace (hostname is its own)"][0] == caps.utsns
+    assert rows["[kernel] IPC namespace (System V and POSIX IPC die with the child)"][0] == caps.ipcns
     assert rows["[kernel] never root"][0] == (sandbox.child_ids()[0] != 0)
     after = rows["[kernel] after set-up: no exec, new process or System V IPC; fewer reads"]
     assert after[0] == (caps.seccomp and confine.landlock_abi() >= 1)
@@ -180,8 +229,14 @@ def test_explain_matches_what_the_kernel_allows() -> None:
 
 
 def test_clean_env_drops_secrets() -> None:
-    env = sandbox.clean_env({"PATH": "/bin", "HF_TOKEN": "x" * 10, "OPENAI_API_KEY": "y" * 10, "LANG": "C"})
-    assert env == {"PATH": "/bin", "LANG": "C"}
+    trainer = "/home/someone/bin:/work/checkout/.venv/bin:" + os.environ.get("PATH", "/usr/bin")
+    env = sandbox.clean_env({"PATH": trainer, "HF_TOKEN": "x" * 10, "OPENAI_API_KEY": "y" * 10, "LANG": "C",
+                             "PYTHONPATH": "/work/checkout"})
+    assert set(env) == {"PATH", "LANG"} and env["LANG"] == "C"
+    # Not the trainer's PATH: the Python installation's folder, the build tools' folders, the system's.
+    assert "/home/someone/bin" not in env["PATH"] and "/work/checkout" not in env["PATH"]
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
     assert sandbox.secret_values({"HF_TOKEN": "abcdefgh", "HOME": "/root"}) == ["abcdefgh"]
 
 
@@ -398,6 +453,65 @@ def test_the_child_is_unprivileged_and_host_settings_stay_read_only(tmp_path: Pa
     assert set(applied.get("read_only", [])) == {"/proc/sys", "/sys"}, applied
     assert "refused /proc/sys/kernel/hostname" in text and "refused /sys/kernel/mm" in text, text
     assert "open /proc/self/task/1/comm" in text, text  # what CUDA writes at init
+
+
+READ_ONLY_PROBE = """import os
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.rand(2)]
+
+
+def get_init_inputs():
+    results = [open(os.path.join(FOLDER, "built.so")).read()]
+    for what, path in (("write", os.path.join(FOLDER, "pairs.bin")), ("append", os.path.join(FOLDER, "built.so"))):
+        try:
+            with open(path, "a") as fh:
+                fh.write("replay table")
+            results.append(what + " allowed")
+        except OSError as exc:
+            results.append(what + " refused " + type(exc).__name__)
+    raise RuntimeError(" | ".join(results))
+"""
+
+
+@pytest.mark.parametrize("landlock", [False, True])
+def test_a_folder_given_to_read_is_read_only_to_the_child(tmp_path: Path, landlock: bool) -> None:
+    """A CUDA candidate's build folder, once built, is given to every child judged after it to read
+    only (it was writable: one evaluation could leave (input, output) pairs there for a later one). It
+    holds at the mount level with Landlock off, and under Landlock with reads restricted it is readable."""
+    import time
+
+    from kforge.evaluator.children import CgroupFactory, Child, Zygote
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "built.so").write_text("BUILT")
+    os.chmod(folder, 0o777)  # whoever the child runs as, only the sandbox may refuse the write
+    os.chmod(folder / "built.so", 0o666)
+    zygote = Zygote("probe", sandbox.clean_env(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""), tmp_path / "z.log")
+    cgroups = CgroupFactory()
+    request = {"env": zygote.env, "writable": [], "readable": [str(folder)], "memory_bytes": 4 << 30,
+               "landlock": landlock, "restrict_reads": True}
+    code = READ_ONLY_PROBE.replace("FOLDER", repr(str(folder)))
+    child = Child(zygote, cgroups, "reference", request, {"problem_code": code, "init_seed": 1, "device": "cpu"},
+                  str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        child.ask(None, "sandbox", deadline)
+        text = str(child.ask(None, "ready", deadline).get("message"))
+    finally:
+        child.close()
+        zygote.close()
+        cgroups.close()
+    assert "BUILT | write refused" in text and "append refused" in text, text
+    assert not (folder / "pairs.bin").exists() and (folder / "built.so").read_text() == "BUILT"
 
 
 def test_child_text_reaching_a_prompt_is_capped() -> None:

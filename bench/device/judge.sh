@@ -7,7 +7,8 @@
 #   bash bench/device/judge.sh corpus full6 ab6 throughput baseline
 # Sections:
 #   corpus      every candidate and attack of tests/candidates in every layer mode, and GPU-time coverage
-#               (honest, lazy, decoy, a kernel named `v`, the profiled-call dodge, a CUDA load_inline kernel)
+#               (honest, lazy, decoy, a kernel named `v`, the profiled-call dodge, a CUDA load_inline kernel),
+#               then the replay pair in order (replay_publish.py, replay.py: rows "replay/...")
 #   full6       6 level-1 kernels at full KernelBench size (ReLU, LeakyReLU, Sigmoid, Softmax: 6.4 GB in and
 #               out; Sum over a dimension: 2.1 GB in; Matrix-vector: 8.6 GB in) plus a copy posing as ReLU
 #   ab6         the same 6, this checkout against the one in .evalcarry/base, interleaved (before/after)
@@ -29,7 +30,7 @@ run() {  # name, seconds, command...
 for s in "$@"; do
   case "$s" in
     corpus) run corpus 540 python3 bench/gpu_evaluator_corpus.py --cache-dir /tmp/kc-corpus
-            grep -E "MISMATCH|as expected|coverage/" "$OUT/corpus.log" | cut -c1-220 ;;
+            grep -E "MISMATCH|as expected|coverage/|replay/" "$OUT/corpus.log" | cut -c1-220 ;;
     full6) run full6 230 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --only $FULL6 \
              --timing-trials 100 --cache-dir /tmp/kc-full6
            tail -n 20 "$OUT/full6.log" | cut -c1-250 ;;

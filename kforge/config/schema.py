@@ -200,6 +200,9 @@ class EvaluatorConfig(Section):
                                 "exceeds this times what the parent's clock allows")
     timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison (plus "
                                    "half the reference's per-call overhead): the resolution of the parent's clock")
+    inputs_reuse: int = Field(1, ge=1, description="evaluations of one problem that share one draw of trial, decoy "
+                              "and timing inputs (the parent draws them; 1: every evaluation its own). Each draw "
+                              "costs one run of the reference on the new inputs; its timing is drawn once")
     pids_max: int = Field(1024, gt=0, description="cgroup pids.max of a child (threads included)")
     static_checks: bool = Field(True, description="reject sources that use what no kernel needs (off only to "
                                 "test the layers below)")

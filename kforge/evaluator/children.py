@@ -26,6 +26,13 @@ from kforge.evaluator.wire import SMALL_MESSAGE, FrameReader, WireError, decode,
 
 _LEN = struct.Struct("<I")
 _KFORGE_ROOT = str(Path(__file__).resolve().parents[2])
+# A zygote's first lines: drop the script's folder from sys.path, import kforge from `paths`, run
+# zygote.main.
+_BOOT = ("import sys\n"
+         "del sys.path[0]\n"
+         "sys.path[:0] = {paths!r}\n"
+         "from kforge.evaluator.zygote import main\n"
+         "main()\n")
 
 
 class ProtocolViolation(Exception):
@@ -48,13 +55,20 @@ class Zygote:
     def _start(self) -> None:
         t0 = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(self.env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_KFORGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        # The zygote starts from a script of a few lines in the pool's own folder (no child can read it),
+        # which says where kforge is imported from: not the environment (a child reads back the block
+        # its zygote started with through /proc/self/environ), not the command line, and no `<string>`
+        # frame (code made at run time counts as the candidate's) under every child's stack.
+        paths = [_KFORGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        boot = self.log_path.with_name(f"{self.name}-boot.py")
+        fd = os.open(boot, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(_BOOT.format(paths=list(dict.fromkeys(paths))))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kforge.evaluator.zygote", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                cwd="/", start_new_session=True,
+                [sys.executable, str(boot), str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=dict(self.env), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=log, cwd="/", start_new_session=True,
             )
         theirs.close()
         ours.settimeout(self.start_timeout_s)

@@ -61,9 +61,10 @@ class PoolContext:
         return path
 
     def child(self, slot: Slot, kind: str, job: dict[str, Any], writable: list[str] | None = None,
-              triton_cache: str | None = None, arena: Arena | None = None) -> Child:
+              triton_cache: str | None = None, arena: Arena | None = None,
+              readable: list[str] | None = None) -> Child:
         """Fork a sandboxed child of `kind` from the slot's zygote and hand it `job` (and `arena`, the
-        shared memory its outputs go to)."""
+        shared memory its outputs go to); `readable`: folders it may read beside the system's, never write."""
         writable = list(writable or [])
         env = dict(slot.zygote.env)
         copy: dict[str, str] = {}
@@ -82,7 +83,7 @@ class PoolContext:
             else:
                 copy["triton-cache"] = str(self.warm_triton(slot))
         writable += [p for p in ("/dev/null", "/dev/zero", "/dev/urandom") if os.path.exists(p)]
-        request = {"env": env, "writable": writable, "readable": [],
+        request = {"env": env, "writable": writable, "readable": list(readable or []),
                    "memory_bytes": int(self.cfg.memory_limit_gb * (1 << 30)),
                    "restrict_reads": self.cfg.sandbox_restrict_reads, "copy_into_scratch": copy,
                    "triton_cache_in_scratch": bool(copy)}

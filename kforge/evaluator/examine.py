@@ -9,18 +9,22 @@ the decoy trial (Triton: the same problem without the candidate's kernels). Timi
 correct, unflagged candidate; a flagged correct one gets one profile request (its coverage is still
 evidence); on a GPU both under the device's timing lock, released on every path.
 
-What went wrong is the parent's to say, from the stage it saw: an error, a hang, a crash or a broken
-protocol before the child reported READY is a compile error, whatever the child called it or did; after
-it, a runtime error (or timeout, crash), unless the child claims the lesser compile error (a Triton kernel
-compiles at its first launch).
+What went wrong is the parent's to say, from what it saw: an error, a hang, a crash or a broken protocol
+before the child answered its first call is a compile error, whatever the child called it or did. A
+Triton kernel compiles at its first launch, and the child's words (an exception's class) are the
+candidate's to choose: a try/except could turn a compile failure into a RuntimeError. Only a call that
+ran to its answer shows that the candidate's code compiled; after one, a runtime error (or timeout, crash),
+unless the child claims the lesser compile error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import statistics
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from kforge.evaluator import drive
@@ -29,9 +33,9 @@ from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
-from kforge.evaluator.feedback import clean_error
 from kforge.evaluator.judge import (check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call,
                                     timed_evidence_flags)
+from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Timings, Verdict
 
@@ -55,27 +59,34 @@ class _Stop(Exception):
 
 
 class Examination:
-    def __init__(self, ctx: PoolContext, slot: Slot, ref: Reference, v: Verdict) -> None:
+    def __init__(self, ctx: PoolContext, slot: Slot, ref: Reference, v: Verdict,
+                 drawn: Future[Reference] | None = None) -> None:
+        """`ref`: the reference's timing and layout; `drawn`: the same with this evaluation's inputs, still
+        being computed while the child starts (None: `ref` holds them)."""
         self.ctx, self.slot, self.ref, self.v = ctx, slot, ref, v
+        self.drawn = drawn
         self.cfg = ctx.cfg
         self.durations: dict[str, float] = v.details.setdefault("durations", {})
         self.stage = "import"
         self.child: Child | None = None
         self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
         self.profiled = False  # coverage came from one of the timed calls
+        self.answered = False  # a call ran to its answer: the one thing that shows the code compiled
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
+        self.problem_code = problem_code
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
                     "build_dir": build_dir, "audit_hook": self.cfg.audit_hook,
                     # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over.
                     "lock_after": "first_trial" if backend == "triton" and self.slot.on_gpu else "ready"}
-        self.writable = [build_dir] if build_dir else []
+        self.readable = [build_dir] if build_dir else []  # built by a child of its own; read-only from here on
         self._spawn()
         assert self.child is not None
         self.durations["fork_s"] = self.child.fork_s
         try:
             self._import()
+            self._inputs()
             self._trials(decoy=backend == "triton" and self.ref.decoy is not None)
             if self.v.status is Status.CORRECT:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
@@ -97,7 +108,8 @@ class Examination:
         except Exception as exc:  # noqa: BLE001 - a protocol violation, or anything else the child's data raised
             self.v.status = self._failed(Status.CRASHED)
             self.v.flags.append("protocol_violation")
-            self.v.details["reason"] = f"the child broke the evaluation protocol ({str(exc)[:200] or type(exc).__name__})"
+            why = own_words(str(exc)[:200], self.job["code"], self.problem_code)  # it may quote the child
+            self.v.details["reason"] = f"the child broke the evaluation protocol ({why or type(exc).__name__})"
         finally:
             self.child.close()
         return self.v
@@ -107,7 +119,7 @@ class Examination:
         if self.child is not None:
             self.child.close()
         arena = Arena(self.ref.arena_bytes, sealed=True)
-        self.child = self.ctx.child(self.slot, "candidate", self.job, self.writable, arena=arena)
+        self.child = self.ctx.child(self.slot, "candidate", self.job, readable=self.readable, arena=arena)
 
     # --- stages ------------------------------------------------------------------------------
     def _import(self) -> None:
@@ -125,6 +137,22 @@ class Examination:
         """What the child says it locked down (confine.lock_down), shown with the sandbox's layers."""
         if "lockdown" in evidence:
             self.v.details.setdefault("sandbox", {})["lockdown"] = evidence["lockdown"]
+
+    def _inputs(self) -> None:
+        """Wait for this evaluation's draw of inputs (and the reference's outputs on them)."""
+        if self.drawn is None:
+            return
+        try:
+            ref = self.drawn.result()
+        except Exception as exc:  # noqa: BLE001 - the reference's run, not the candidate's
+            ref = dataclasses.replace(self.ref, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        if ref.error:
+            self.v.status = Status.RUNTIME_ERROR
+            self.v.error = "reference failed: " + ref.error
+            self.v.details.update(reason="the problem's reference Model failed; not the candidate's fault",
+                                  reference_error=True)
+            raise _Stop
+        self.ref = ref
 
     def _trials(self, decoy: bool) -> None:
         """The correctness trials in the parent's order, the decoy trial among them at a random place
@@ -152,6 +180,7 @@ class Examination:
             where = ref.trial_positions[k] if ref.trial_positions is not None else P.ALL
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
+            self.answered = True
             evidence[k] = dict(ans.get("evidence") or {})
             self._note_lockdown(evidence[k])
             if k == order[0]:
@@ -261,20 +290,23 @@ class Examination:
 
     # --- endings -----------------------------------------------------------------------------
     def _failed(self, status: Status) -> Status:
-        """The status of a failure the parent saw: whatever ended a child before it reported READY (an
+        """The status of a failure the parent saw: whatever ended a child before it answered a call (an
         error, a hang, a crash, a broken protocol) is a compile error; it never compiled as far as the
-        parent knows, and a candidate must not buy the compile reward by hanging or dying at import."""
-        return Status.COMPILE_ERROR if self.stage == "import" else status
+        parent knows, and a candidate must not buy the compile reward by hanging, dying or naming its error."""
+        if self.answered:
+            return status
+        if status is not Status.COMPILE_ERROR and self.stage != "import":
+            self.v.details["reason"] = "no call ran to its answer, so nothing is known to have compiled"
+        return Status.COMPILE_ERROR
 
     def _child_error(self, msg: dict[str, Any]) -> None:
         assert self.child is not None
-        self.v.error = clean_error(str(msg.get("message", "")), self.child.scratch, self.ctx.secrets)
-        if self.stage == "import":
-            self.v.status = Status.COMPILE_ERROR  # it never got as far as READY
-        elif self.stage == "timing":  # correct before, broken when called again: caching or state
+        self.v.error = self._own(str(msg.get("message", "")))
+        if self.stage == "timing":  # correct before, broken when called again: caching or state
             self.v.flags.append("failed_when_timed")
-        else:
-            self.v.status = Status.COMPILE_ERROR if msg.get("category") == "compile_error" else Status.RUNTIME_ERROR
+        else:  # a claim of the lesser compile error is believed; a runtime error only after an answered call
+            self.v.status = self._failed(Status.COMPILE_ERROR if msg.get("category") == "compile_error"
+                                         else Status.RUNTIME_ERROR)
 
     def _timed_out(self) -> None:
         limits = {"import": self.cfg.compile_timeout_s, "run": self.cfg.run_timeout_s,
@@ -300,4 +332,8 @@ class Examination:
                 self.v.details["reason"] += " (likely out of memory)"
         else:
             self.v.details["reason"] = f"The process exited with code {info.get('code')} before reporting"
-        self.v.error = clean_error(self.child.stderr_tail(), self.child.scratch, self.ctx.secrets)
+        self.v.error = self._own(self.child.stderr_tail())
+
+    def _own(self, text: str) -> str:
+        """What of the child's text may reach a prompt: built from the candidate's own (own_text.py)."""
+        return candidate_error(text, self.job["code"], self.problem_code)

@@ -131,21 +131,36 @@ def warm(device):
 
 
 def _install_load_inline(build_dir: str, guard: guard_mod.Guard | None) -> None:
-    """Force every load_inline into the candidate's build folder (cached by source hash)."""
+    """Send every load_inline to the candidate's build folder (keyed by its source and the problem).
+
+    The build job (no guard) compiles there. A candidate being judged (guard) only loads what the build
+    left: the folder is read-only to it, so nothing one evaluation writes there reaches a later one."""
     from torch.utils import cpp_extension
 
     orig = cpp_extension.load_inline
+    seen: dict[str, list[str]] = {}  # per name, the sources loaded under it (torch renames a changed one)
+
+    def built(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sources = repr((args, sorted((k, repr(v)) for k, v in kwargs.items())))
+        versions = seen.setdefault(name, [])
+        if sources not in versions:
+            versions.append(sources)
+        version = versions.index(sources)
+        library = name if version == 0 else f"{name}_v{version}"
+        return cpp_extension._import_module_from_library(library, build_dir, kwargs.get("is_python_module", True))
 
     def load_inline(name: str, *args: Any, **kwargs: Any) -> Any:
         kwargs["build_directory"] = build_dir
         kwargs.setdefault("verbose", False)
-        if guard is not None:  # its own kernels, by name, for GPU-time coverage
-            sources = kwargs.get("cuda_sources", args[1] if len(args) > 1 else "")
-            kernels, spaces = cuda_kernel_names("\n".join(sources) if isinstance(sources, (list, tuple)) else str(sources))
-            guard.cuda_kernels |= kernels
-            guard.cuda_namespaces |= spaces
-        mod = orig(name, *args, **kwargs)
-        if guard is not None and isinstance(mod, types.ModuleType):
+        if guard is None:
+            return orig(name, *args, **kwargs)
+        # its own kernels, by name, for GPU-time coverage
+        sources = kwargs.get("cuda_sources", args[1] if len(args) > 1 else "")
+        kernels, spaces = cuda_kernel_names("\n".join(sources) if isinstance(sources, (list, tuple)) else str(sources))
+        guard.cuda_kernels |= kernels
+        guard.cuda_namespaces |= spaces
+        mod = built(name, args, kwargs)
+        if isinstance(mod, types.ModuleType):
             return guard_mod.recording_module(mod, guard)
         return mod
 

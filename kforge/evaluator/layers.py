@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from kforge.evaluator.confine import landlock_abi, seccomp_available
 from kforge.evaluator.mounts import make_private, private_proc
-from kforge.evaluator.sandbox import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, CLONE_NEWUTS,
+from kforge.evaluator.sandbox import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, CLONE_NEWUTS,
                                       cgroup2_root, child_ids, enter_namespaces, enter_private_namespaces)
 
 
@@ -21,6 +21,7 @@ class Capabilities:
     unprivileged: bool = False  # the child runs without uid 0 (root trainers: as nobody; others: as themselves)
     netns: bool = False
     utsns: bool = False
+    ipcns: bool = False
     pidns: bool = False
     mountns_proc: bool = False
     landlock_abi: int = 0
@@ -67,6 +68,7 @@ def probe() -> Capabilities:
     caps.userns = bool(flags & CLONE_NEWUSER)
     caps.netns = bool(flags & CLONE_NEWNET)
     caps.utsns = bool(flags & CLONE_NEWUTS)
+    caps.ipcns = bool(flags & CLONE_NEWIPC)
     caps.pidns = bool(flags & CLONE_NEWPID)
     caps.mountns_proc = "proc" in parts[1:]
     caps.unprivileged = child_ids()[0] != 0
@@ -145,6 +147,8 @@ def explain() -> list[tuple[str, bool, str]]:
         ("network namespace (no network)", c.netns, "unshare(CLONE_NEWNET): only a down loopback"
          if c.netns else "not permitted; seccomp/Landlock still deny internet sockets"),
         ("[kernel] UTS namespace (hostname is its own)", c.utsns, "unshare(CLONE_NEWUTS)" if c.utsns else "not permitted"),
+        ("[kernel] IPC namespace (System V and POSIX IPC die with the child)", c.ipcns,
+         "unshare(CLONE_NEWIPC): nothing one child leaves there reaches another" if c.ipcns else "not permitted"),
         ("PID namespace (detached children die with the candidate)", c.pidns,
          "candidate is PID 1 of its own namespace" if c.pidns else "not permitted"),
         ("private /proc (other processes' memory/env invisible)", c.mountns_proc,
@@ -166,8 +170,10 @@ def explain() -> list[tuple[str, bool, str]]:
          "a second seccomp filter and Landlock layer at READY (Triton on a GPU: after the first trial)"
          if c.seccomp and ll >= 1 else "needs libseccomp and Landlock"),
         ("rlimits DATA/FSIZE/CORE/NPROC (not AS)", True, "RLIMIT_DATA = evaluator.memory_limit_gb"),
-        ("scrubbed environment", True, "only PATH, locale and CUDA/compiler variables survive"),
-        ("[parent] child text in feedback capped", True, "8 lines of 200 characters, 1200 in all"),
+        ("scrubbed environment", True, "locale and CUDA/compiler variables; a PATH of its own (the Python "
+         "installation's, the build tools', the system's); nothing of the trainer's PATH or PYTHONPATH"),
+        ("[parent] child text in feedback built from the candidate's own", True, "its frames with the parent's "
+         "copy of each line, the exception type, a message of its own words (300 characters); 1200 in all"),
         ("[in-process] static checks", True, "no sys/os/gc/inspect/ctypes/exec/open/dunders/patching/loaders in the source"),
         ("[in-process] audit hook", True, "frames, gc, ctypes, files, processes, sockets refused; no new code or "
          "unpickling with a candidate frame on the stack"),

@@ -29,7 +29,8 @@ from kforge.evaluator import layers, sandbox
 from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Slot, Zygote
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.examine import Examination, timings_from
-from kforge.evaluator.feedback import clean_error, write_feedback
+from kforge.evaluator.feedback import write_feedback
+from kforge.evaluator.own_text import candidate_error
 from kforge.evaluator.reference import ReferenceCache
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.verdict import Status, Timings, Verdict
@@ -76,6 +77,8 @@ class EvalPool:
                 self._tokens.put(slot)
         self._executor = cf.ThreadPoolExecutor(max_workers=per_slot * len(self._slots), thread_name_prefix="kforge-eval")
         self._builders = cf.ThreadPoolExecutor(max_workers=cfg.build_workers, thread_name_prefix="kforge-build")
+        # Runs of the reference on an evaluation's new inputs, while the candidate's child starts and imports.
+        self._drawers = cf.ThreadPoolExecutor(max_workers=per_slot * len(self._slots), thread_name_prefix="kforge-draw")
         self.references = ReferenceCache(self.ctx)
         self._baseline_file: dict[str, Any] | None = None
         if cfg.baseline_file:
@@ -131,7 +134,7 @@ class EvalPool:
             raise RuntimeError("timing a reference needs a GPU; this pool runs on the CPU")
         slot = self._tokens.get()
         try:
-            ref = self.references.get(slot, problem, tuple(modes))
+            ref = self.references.timed(slot, problem, tuple(modes))[0]  # the timing alone: no draw of inputs
         finally:
             self._tokens.put(slot)
         if ref.error:
@@ -144,6 +147,7 @@ class EvalPool:
         self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._builders.shutdown(wait=True, cancel_futures=True)
+        self._drawers.shutdown(wait=True, cancel_futures=True)
         for slot in self._slots:
             slot.zygote.close()
         self.ctx.cgroups.close()
@@ -199,7 +203,7 @@ class EvalPool:
                   build_dir: str | None, compile_s: float, flags: list[str]) -> Verdict:
         t_start = time.monotonic()
         baselines = (self.cfg.baseline,) if measure and self._file_baseline(problem) is None else ()
-        ref = self.references.get(slot, problem, baselines)
+        ref, key, fresh = self.references.timed(slot, problem, baselines)
         if ref.error and _out_of_memory(ref.error):
             return self._finish(Verdict(Status.UNSUPPORTED, error=ref.error, details={
                 "reason": "skipped: the problem does not fit on this device (its reference ran out of memory)",
@@ -212,7 +216,8 @@ class EvalPool:
         v = Verdict(Status.RUNTIME_ERROR, flags=list(flags), compile_s=compile_s,
                     timing_meaningful=slot.on_gpu and measure)
         v.details["durations"] = {"build_s": compile_s}
-        Examination(self.ctx, slot, ref, v).run(code, problem.code, backend, build_dir)
+        drawn = self._drawers.submit(self.references.draw, slot, problem, ref, key, fresh)
+        Examination(self.ctx, slot, ref, v, drawn).run(code, problem.code, backend, build_dir)
         v.run_s = time.monotonic() - t_start
         if v.timings is not None and v.timing_meaningful:
             base = self._file_baseline(problem) or timings_from(ref.baseline_ms.get(self.cfg.baseline, [])
@@ -236,11 +241,14 @@ class EvalPool:
     def _build(self, problem: Problem, code: str) -> tuple[str, Verdict | None, float]:
         """Compile a CUDA candidate's load_inline extension in a sandboxed child (CPU work), cached.
 
-        The build folder is the child's to write; whether it finished is recorded outside it, in a
-        folder no child can reach, so the parent never writes through a path a child controls."""
+        The build folder is the build child's to write, and read-only to every child judged after it
+        (examine.py): nothing an evaluation writes there reaches a later one. It is keyed by the source and
+        the problem, so one problem's evaluation leaves nothing for another's. Whether it finished is
+        recorded outside it, in a folder no child can reach, so the parent never writes through a path a
+        child controls."""
         import torch
 
-        key = sha(code, torch.__version__, self._slots[0].gpu_name)
+        key = sha(code, problem.code, torch.__version__, self._slots[0].gpu_name)
         build_dir = self.cache_dir / "cuda" / key
         done = self.cache_dir / "cuda-built" / key
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -258,7 +266,7 @@ class EvalPool:
                 done.write_text("ok")
                 return str(build_dir), None, time.monotonic() - t0
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
-                        error=clean_error(str(msg.get("message", "")), child.scratch, self.ctx.secrets, 12))
+                        error=candidate_error(str(msg.get("message", "")), code, problem.code, 12))
             return str(build_dir), self._finish(v), v.compile_s
         except TimeoutError:  # a build that never finishes did not compile (TIMEOUT would earn the compile reward)
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
@@ -266,7 +274,7 @@ class EvalPool:
             return str(build_dir), self._finish(v), v.compile_s
         except (EOFError, ProtocolViolation):
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
-                        error=clean_error(child.stderr_tail(), child.scratch, self.ctx.secrets))
+                        error=candidate_error(child.stderr_tail(), code, problem.code))
             return str(build_dir), self._finish(v), v.compile_s
         finally:
             child.close()

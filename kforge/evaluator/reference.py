@@ -10,10 +10,18 @@ The cache lives in kforge's cache folder, which no child can read: reference out
 a candidate's process. A failed reference is never kept for good (a GPU out of memory while the learner
 peaks would drop its problem from training for the rest of the run): it is answered from memory until its
 back-off ends (`evaluator.reference_retry_s`, doubling per failure up to 64x), then computed again.
+
+Inputs are drawn by the parent, fresh: the trial, decoy and timing seeds of a draw come from the
+system's random source, and a draw serves `evaluator.inputs_reuse` evaluations of a problem (1: each its
+own). When one seed plan served every candidate, one evaluation could publish (input, output) pairs and
+a later one replay them. What does not depend on the inputs' values (the model's weights, the outputs'
+layout, the loop's clock, the baseline's times) is measured once and cached; a new draw is one more run
+of the reference on the new inputs, without the timing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -32,7 +40,7 @@ from kforge.evaluator.judge import Clock, compare_positions, meta_bytes, sample_
 from kforge.problems.record import Problem
 
 TRUSTED_BOUND = 1 << 40  # the reference child runs no candidate code: its answers are not size-capped
-FORMAT = 4  # bump when the cached Reference record changes
+FORMAT = 5  # bump when the cached Reference record changes
 MIN_TIMED_CALLS = 5  # however big the outputs
 
 
@@ -99,8 +107,35 @@ class ReferenceCache:
         self._retry: dict[tuple[str, str], tuple[float, int]] = {}  # failed: (retry at, failures so far)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
+        self._draws: dict[tuple[str, str], tuple[Reference, int]] = {}  # the current draw and its uses
 
     def get(self, slot: Slot, problem: Problem, baselines: tuple[str, ...] = ()) -> Reference:
+        """The reference for one evaluation: the cached timing and layout with a draw of inputs that at
+        most `evaluator.inputs_reuse` evaluations share."""
+        ref, key, fresh = self.timed(slot, problem, baselines)
+        return ref if ref.error else self.draw(slot, problem, ref, key, fresh)
+
+    def draw(self, slot: Slot, problem: Problem, ref: Reference, key: tuple[str, str], fresh: bool) -> Reference:
+        """`ref` (what `timed` gave) with the inputs of the current draw, or of a new one when the current
+        one has served `evaluator.inputs_reuse` evaluations (a run of the reference on them, not timed)."""
+        with self._lock:
+            draw, uses = self._draws.get(key, (ref, self.ctx.cfg.inputs_reuse)) if not fresh else (ref, 0)
+            if uses < self.ctx.cfg.inputs_reuse:
+                self._draws[key] = (draw, uses + 1)
+                return draw
+        calls = len(ref.timing_seeds)
+        draw = self._compute(slot, problem, key[0], calls, [], timed=False, init_seed=ref.init_seed)
+        if draw.error:
+            return draw
+        inputs = {f: getattr(draw, f) for f in _DRAWN}
+        draw = dataclasses.replace(ref, **inputs)
+        with self._lock:
+            self._draws[key] = (draw, 1)
+        return draw
+
+    def timed(self, slot: Slot, problem: Problem, baselines: tuple[str, ...]) -> tuple[Reference, tuple[str, str], bool]:
+        """The reference with its timing, per (problem, plan, device), from memory, disk or a run now; and
+        whether it was run now (its inputs then are a fresh draw no evaluation has used)."""
         cfg = self.ctx.cfg
         calls = cfg.timing_trials if slot.on_gpu else cfg.cpu_timing_calls
         baselines = baselines if slot.on_gpu else ()
@@ -122,7 +157,8 @@ class ReferenceCache:
                 except Exception:  # noqa: BLE001 - a damaged cache entry is recomputed
                     ref = None
             missing = [b for b in baselines if b not in (ref.baseline_ms if ref else {})]
-            if ref is None or (missing and not ref.error):
+            fresh = ref is None or bool(missing and not ref.error)
+            if fresh:
                 ref = self._compute(slot, problem, key[0], calls, missing or list(baselines))
                 if ref.error or ref.contended:  # a baseline timed beside other work is kept only until then too
                     failures = self._retry.get(key, (0.0, 0))[1] + 1
@@ -136,13 +172,17 @@ class ReferenceCache:
                     torch.save(data, tmp)
                     tmp.replace(disk)
             self._mem[key] = ref
-            return ref
+            return ref, key, fresh
 
-    def _compute(self, slot: Slot, problem: Problem, key: str, calls: int, baselines: list[str]) -> Reference:
+    def _compute(self, slot: Slot, problem: Problem, key: str, calls: int, baselines: list[str],
+                 timed: bool = True, init_seed: int | None = None) -> Reference:
+        """One run of the reference on a fresh draw of inputs; with `timed`, also its clock and baselines
+        (then `calls` is the plan's count of timed calls; without, the count the timed run settled on)."""
         cfg = self.ctx.cfg
-        salt = self.ctx.salt()
-        trial_seeds = _seeds(salt, key, "trial", cfg.num_correct_trials + 1)
-        init_seed, decoy_seed = _seeds(salt, key, "init", 1)[0], _seeds(salt, key, "decoy", 1)[0]
+        trial_seeds = fresh_seeds(cfg.num_correct_trials + 1)
+        decoy_seed = fresh_seeds(1)[0]
+        if init_seed is None:  # the weights: the same for every draw (candidates are given them)
+            init_seed = _seeds(self.ctx.salt(), key, "init", 1)[0]
         job = {"problem_code": problem.code, "init_seed": init_seed, "device": slot.device,
                "warm_triton": slot.on_gpu}
         child = self.ctx.child(slot, "reference", job, arena=Arena())
@@ -157,7 +197,7 @@ class ReferenceCache:
             meta, unit = list(probe["meta"]), bool(probe.get("unit"))
             slots, size = layout(meta)
             child.arena.grow(size)
-            gen = torch.Generator().manual_seed(int(sha(salt, key, "positions")[:15], 16))
+            gen = torch.Generator().manual_seed(fresh_seeds(1)[0])
             plan = [(s, False) for s in trial_seeds[:-1]] + ([(trial_seeds[-1], True)] if unit else [])
             sampled = meta_bytes(meta) > cfg.full_compare_mb * (1 << 20)
             wheres = [compare_positions(meta, cfg.compare_points, gen) if sampled else P.ALL for _ in range(len(plan) + 1)]
@@ -175,11 +215,31 @@ class ReferenceCache:
                 outputs.append(got)
             state, gpu = ready.get("state") or {}, str(ready.get("gpu", "cpu"))
             del ready
-            n = timed_call_count(calls, meta, cfg.timing_output_gb)
+            n = timed_call_count(calls, meta, cfg.timing_output_gb) if timed else calls
             positions = [sample_positions(meta, cfg.sample_points, gen) for _ in range(n)]
             kept = wheres[:len(trials)] + [wheres[-1]]  # the trials kept, then the decoy's
-            ref = Reference(trials, outputs, state, _seeds(salt, key, "timing", n), positions, [], gpu=gpu,
+            ref = Reference(trials, outputs, state, fresh_seeds(n), positions, [], gpu=gpu,
                             meta=meta, trial_positions=kept if sampled else None, init_seed=init_seed)
+
+            def decoy_trial() -> bool:
+                """The decoy trial (last of the eager model's, as for a candidate): signed when the signed
+                trial was kept, so that a copy of the input differs from the answer. If the model cannot run
+                it, no candidate gets one (an error ends the child: nothing else is asked of it)."""
+                decoy = (decoy_seed, trials[-1][1])
+                try:
+                    _, got = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, wheres[-1],
+                                         time.monotonic() + cfg.run_timeout_s)
+                except drive.ChildError:
+                    return False
+                ref.decoy, ref.decoy_output = decoy, list(got)
+                return True
+
+            if not timed:  # the values at the new timing inputs' positions; the clock is the cached one's
+                deadline = time.monotonic() + cfg.timing_timeout_s
+                _, ref.samples = drive.timed_calls(child, ref.timing_seeds, meta, slots, positions, deadline)
+                if decoy_trial():
+                    child.send({"op": P.OP_BYE})
+                return ref
             with slot.timing():
                 deadline = time.monotonic() + cfg.timing_timeout_s
                 drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
@@ -189,16 +249,7 @@ class ReferenceCache:
                     ref.contended = self.ctx.activity.overlapping(slot.index, started, time.monotonic())
                 if slot.on_gpu:
                     ref.baseline_ms["eager"] = list(ref.clock.reported_ms)
-                # The decoy trial (last of the eager model's, as for a candidate): signed when the signed trial
-                # was kept, so that a copy of the input differs from the answer. If the model cannot run it, no
-                # candidate gets one (an error ends the child: nothing else is asked of it).
-                decoy = (decoy_seed, trials[-1][1])
-                try:
-                    _, got = drive.trial(child, len(plan), decoy[0], decoy[1], meta, slots, wheres[-1],
-                                         time.monotonic() + cfg.run_timeout_s)
-                    ref.decoy, ref.decoy_output = decoy, list(got)
-                except drive.ChildError:
-                    child.send({"op": P.OP_BYE})
+                if not decoy_trial():
                     return ref
                 if slot.on_gpu and "compile" in baselines:
                     child.send({"op": P.OP_COMPILE})
@@ -233,3 +284,7 @@ def decoy_place(trials: int, rng: random.Random) -> int:
     its configuration on its first call, which must not be a skipped one), uniformly, so that no count
     of calls tells the child which one it is."""
     return rng.randint(1, trials)
+
+
+# The fields of a Reference that a draw of inputs decides; the rest is measured once per problem and device.
+_DRAWN = ("trials", "outputs", "timing_seeds", "positions", "samples", "trial_positions", "decoy", "decoy_output")

@@ -13,6 +13,7 @@ import ctypes
 import glob
 import os
 import resource
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 _libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -31,9 +33,10 @@ PR_SET_CHILD_SUBREAPER = 36
 
 UNPRIVILEGED = 65534  # a root trainer's children run as "nobody" (this id when there is no such entry)
 
-# Environment variables a child keeps; everything else (tokens, keys, proxies) is dropped.
+# Environment variables a child keeps; everything else (tokens, keys, proxies, the trainer's PATH and
+# PYTHONPATH) is dropped. They name the locale, the CUDA toolkit and compilers, and thread counts.
 ENV_KEEP = (
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "LD_LIBRARY_PATH",
+    "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "LD_LIBRARY_PATH",
     "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "NVCC", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
 )
@@ -48,11 +51,27 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "loca
 ETC_AFTER_SETUP = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "alternatives", "nvidia")
 
 
+SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+# What a build runs (torch's load_inline: the compilers and ninja; Triton's launcher: a C compiler), found
+# on the trainer's PATH.
+BUILD_TOOLS = ("nvcc", "ninja", "c++", "g++", "gcc", "cc", "clang")
+
+
+def child_path(trainer_path: str | None) -> str:
+    """The PATH of a zygote and its children: the Python installation's own folder (where pip puts
+    ninja), the folders of the build tools, the system's. Never the trainer's PATH: it tells where the
+    trainer's user keeps things (its home, its checkout)."""
+    dirs = [os.path.dirname(sys.executable)]
+    dirs += [os.path.dirname(found) for tool in BUILD_TOOLS if (found := shutil.which(tool, path=trainer_path))]
+    dirs += SYSTEM_PATH
+    return os.pathsep.join(dict.fromkeys(d for d in dirs if d))
+
+
 def clean_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """The environment a zygote or child starts from: a short allow-list plus `extra`."""
+    """The environment a zygote or child starts from: a short allow-list, its own PATH, plus `extra`."""
     base = dict(os.environ if base is None else base)
     env = {k: base[k] for k in ENV_KEEP if k in base}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = child_path(base.get("PATH"))
     env.update(extra)
     return env
 
@@ -112,18 +131,22 @@ def enter_namespaces(uid: int, gid: int) -> tuple[int, list[str]]:
     """Called in the outer child before it forks the inner one, which becomes PID 1 of the new PID
     namespace (when it dies the kernel kills everything it left behind). Returns (flags in force, notes).
 
-    As root: only the PID namespace here; the inner process makes its mount, network and UTS namespaces
-    itself (enter_private_namespaces) and then drops to an unprivileged uid (drop_privileges), with no
-    user namespace at all. As a user: a user namespace mapping the user's own ids, with the others."""
+    As root: only the PID namespace here; the inner process makes its mount, network, UTS and IPC
+    namespaces itself (enter_private_namespaces) and then drops to an unprivileged uid (drop_privileges),
+    with no user namespace at all. As a user: a user namespace mapping the user's own ids, with the others.
+
+    The IPC namespace: System V shared memory, semaphores and message queues outlive the process that
+    made them, and every child has the same uid; in the host's namespace one evaluation left (input,
+    output) pairs there for a later one to replay. A child's own namespace is destroyed with it."""
     notes: list[str] = []
     if os.geteuid() == 0:
         err = _unshare(CLONE_NEWPID)
         if err:
             notes.append(f"unshare(NEWPID): {os.strerror(err)}")
         return (0 if err else CLONE_NEWPID), notes
-    rest = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS
-    want = [CLONE_NEWUSER | rest, CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS, rest,
-            CLONE_NEWUSER | CLONE_NEWNET, CLONE_NEWNET]
+    rest = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC
+    want = [CLONE_NEWUSER | rest, CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, rest,
+            CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC, CLONE_NEWNET]
     for flags in want:
         err = _unshare(flags)
         if err == 0:
@@ -140,8 +163,9 @@ def enter_namespaces(uid: int, gid: int) -> tuple[int, list[str]]:
 
 
 def enter_private_namespaces() -> int:
-    """As root, in the inner child (PID 1 of its PID namespace): mount, network and UTS namespaces."""
-    for flags in (CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS, CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET):
+    """As root, in the inner child (PID 1 of its PID namespace): mount, network, UTS and IPC namespaces."""
+    for flags in (CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC,
+                  CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET):
         if _unshare(flags) == 0:
             return flags
     return 0

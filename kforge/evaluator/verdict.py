@@ -20,7 +20,8 @@ class Status(str, Enum):
 
     @property
     def compiled(self) -> bool:
-        """Did the candidate get past building/importing?"""
+        """Did the candidate's code compile, as far as the parent saw: one of its calls ran to its answer
+        (examine.py names everything that ended it earlier a compile error)."""
         return self in (Status.RUNTIME_ERROR, Status.TIMEOUT, Status.CRASHED, Status.INCORRECT, Status.CORRECT)
 
 

@@ -9,7 +9,9 @@ Child layout:  zygote -> outer (setsid, cgroup, unshare) -> inner (PID 1 of the 
 sandboxes itself, runs the job). The outer waits for the inner and reports how it ended. A third
 descriptor, when sent, is the child's output arena (arena.py): the inner passes it to the job.
 
-Run as `python -m kforge.evaluator.zygote FD` where FD is the inherited control socket.
+Started by children.Zygote as `python BOOT FD`: BOOT, a script of a few lines in the pool's folder, says
+where kforge is imported from (never the environment, which every child could read back through
+/proc/self/environ); FD is the inherited control socket.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ def _view(req: dict[str, Any], ns_flags: int, applied: dict[str, Any]) -> None:
             applied["exposed"] = mounts.expose(need, uid, gid)
         except OSError as exc:  # the job then fails where it cannot reach a path, and says which
             applied["exposed"] = f"failed: {exc}"
+    # Folders a child is given to read only (a CUDA build folder once built): read-only at the mount
+    # level too, whoever owns the files and whatever Landlock does here.
+    applied["read_only"] += [p for p in req.get("readable", []) if mounts.read_only(p, bind_first=True)]
 
 
 def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: int) -> None:
@@ -228,7 +233,7 @@ def _preload() -> None:
 
 def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
-    # `python -m` put the working folder first on sys.path; children must not read it.
+    # Children must not read the working folder.
     sys.path[:] = [p for p in sys.path if p not in ("", "/", os.getcwd())]
     _preload()
     ctrl.sendall(b"R")  # ready

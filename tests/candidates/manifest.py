@@ -138,7 +138,8 @@ CASES = [
     Case("calls_torch_op.py", "relu", "correct", ("pytorch_op:relu",)),
     Case("subclass_reference.py", "relu", "compile_error", mode="bare",
          notes="the Model class never reaches the child; it fails at import, before READY"),
-    Case("calls_reference.py", "relu", "runtime_error", mode="bare", notes="the Model class never reaches the child"),
+    Case("calls_reference.py", "relu", "compile_error", mode="bare",
+         notes="the Model class never reaches the child; it fails in its first call, which never answered"),
     Case("returns_zeros.py", "relu", "incorrect"),
     Case("copy_kernel.py", "relu", "incorrect", ("returns_input",), notes="caught by the signed-input trial"),
     Case("memoise.py", "relu", "incorrect", ("identical_outputs_across_trials",)),
@@ -153,21 +154,26 @@ CASES = [
     Case("scale_correct.py", "scale", "correct", correct=True, mode="sampled"),
     Case("nan_output.py", "relu", "incorrect"),
     Case("read_other_memory.py", "relu", "correct", correct=True, mode="bare", notes="finds nothing to read: private /proc, no ptrace"),
-    Case("env_secret.py", "relu", "runtime_error", mode="bare", notes="raises 'no secret visible' when the env is clean"),
+    Case("env_secret.py", "relu", "compile_error", mode="bare", notes="raises 'no secret visible' when the env is clean "
+         "(in its first call: no call answered, nothing known to have compiled)"),
     Case("write_outside.py", "relu", "compile_error", mode="bare", notes="Landlock refuses the write at import"),
-    Case("network.py", "relu", "runtime_error", mode="bare"),
-    Case("segfault.py", "relu", "crashed", mode="bare"),
-    Case("hang.py", "relu", "timeout"),
-    Case("detached_child.py", "relu", "runtime_error", mode="bare",
-         notes="fork after the lock-down is refused (on a GPU after the first trial, whose process the lock-down "
-               "kills); its detached process must be gone afterwards"),
-    Case("huge_alloc.py", "relu", "runtime_error"),
-    Case("illegal_access.py", "relu", "runtime_error|crashed", gpu_only=True, notes="illegal address: sticky CUDA error, fresh process next"),
+    Case("network.py", "relu", "compile_error", mode="bare"),
+    Case("segfault.py", "relu", "compile_error", mode="bare", notes="dies in its first call"),
+    Case("hang.py", "relu", "compile_error", notes="hangs in its first call: the run budget ends it"),
+    Case("detached_child.py", "relu", "compile_error|runtime_error", mode="bare",
+         notes="fork after the lock-down is refused: in its first call on the CPU (no call answered: compile_error), "
+               "in a later one on a GPU, where the lock-down waits for the first trial and kills what it left; its "
+               "detached process must be gone afterwards"),
+    Case("huge_alloc.py", "relu", "compile_error"),
+    Case("illegal_access.py", "relu", "compile_error", gpu_only=True,
+         notes="illegal address in its first call: sticky CUDA error, fresh process next"),
     Case("side_stream.py", "relu", "correct", correct=True, gpu_only=True, notes="side-stream work is inside the timed window"),
     Case("cuda_relu_correct.py", "relu", "correct", correct=True, gpu_only=True, backend="cuda"),
     Case("cuda_relu_correct.py", "relu", "unsupported", cpu_only=True, backend="cuda"),
-    Case("cuda_illegal_access.py", "relu", "runtime_error|crashed", gpu_only=True, backend="cuda"),
+    Case("cuda_illegal_access.py", "relu", "compile_error", gpu_only=True, backend="cuda"),
     Case("cuda_pure_pytorch.py", "relu", "correct", ("no_kernel_launched",), gpu_only=True, backend="cuda"),
+    Case("attacks/build_folder_write.py", "relu", "correct", correct=True, gpu_only=True, backend="cuda", mode="bare",
+         notes="its built folder is read-only to it: a write there would make it answer zeros"),
 ]
 
 
@@ -189,7 +195,8 @@ class Attack:
     notes: str = ""
     problem: str = "relu"
     # The item of the README's threat model it attacks (1: who answers the parent's samples, 2: laundering
-    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category).
+    # through a library, 3: timing, 4: a launch is not work, 5: the sandbox under root, 6: failure category,
+    # 7: every evaluation independent).
     item: int = 0
     # What a GPU run must give instead, per mode, where the GPU legitimately differs (never `correct`
     # without a flag where the CPU's expectation is not).
@@ -236,11 +243,11 @@ ATTACKS = [
            "computing outputs only when they are copied out still runs on the parent's clock; on a GPU, where a tiny kernel is lost in the loop's ~1 ms overhead, the clock cannot flag it: the figure is then its floor (`clamped`: at most RATIO x the speedup the parent's clock saw)",
            item=3, gpu={"bare": "correct+timing_inconsistent|correct+clamped"}),
     Attack("chosen_trials.py", {"all": "static_check_failed", "bare": "rejected"},
-           "the parent picks the order: an answer to a trial not asked ends the child (crashed, protocol_violation); "
+           "the parent picks the order: an answer to a trial not asked ends the child (protocol_violation); "
            "when the signed trial comes first, the copy is simply incorrect"),
-    Attack("message_flood.py", {"all": "static_check_failed", "bare": "crashed+protocol_violation"},
+    Attack("message_flood.py", {"all": "static_check_failed", "bare": "compile_error+protocol_violation"},
            "an unexpected message ends the child; nothing extends a deadline"),
-    Attack("oversized_frame.py", {"all": "static_check_failed", "bare": "crashed+protocol_violation"},
+    Attack("oversized_frame.py", {"all": "static_check_failed", "bare": "compile_error+protocol_violation"},
            "a frame bigger than the expected outputs is refused before it is read"),
     Attack("slow_trials.py", {"all": "static_check_failed", "bare": "timeout"},
            "one budget for the whole trials stage"),
@@ -248,7 +255,7 @@ ATTACKS = [
            "audit hook refuses open/exec; without it the child has no Model to run (at import: compile_error)"),
     Attack("read_cache.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "Landlock: kforge's cache and checkout are not readable"),
-    Attack("stderr_symlink.py", {"all": "static_check_failed", "bare": "crashed"},
+    Attack("stderr_symlink.py", {"all": "static_check_failed", "bare": "compile_error"},
            "the parent opens stderr.txt with O_NOFOLLOW: the link is not followed"),
     Attack("cache_poison.py", {"bare": "correct"}, "writes only into its own Triton cache copy and /dev/shm"),
     Attack("cache_check.py", {"bare": "correct"}, "must find nothing cache_poison.py left (run right after it)"),
@@ -262,12 +269,12 @@ ATTACKS = [
     Attack("memo_probe.py", {"all": "correct"}, "every call (trials, warm-up, timed) gets inputs never seen before"),
     Attack("hang_when_timed.py", {"all": "correct+failed_when_timed"},
            "the timing stage has its own budget and the timing lock is released"),
-    Attack("frame_walk.py", {"all": "static_check_failed", "no_static": "runtime_error"},
+    Attack("frame_walk.py", {"all": "static_check_failed", "no_static": "compile_error"},
            "audit hook: frame inspection through inspect is the candidate's"),
-    Attack("lazy_tensor.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+    Attack("lazy_tensor.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "a Tensor subclass computing only sampled elements: outputs must be plain tensors", item=1),
     Attack("pipe_forgery.py", {"all": "static_check_failed", "no_static": "correct+sandbox_denied:open:fd",
-                               "bare": "correct|crashed+protocol_violation"},
+                               "bare": "correct|compile_error+protocol_violation"},
            "numpy.savetxt to /proc/self/fd/N: banned in source; the hook refuses fd paths; with neither, the "
            "unprivileged child cannot reopen the parent's pipe (it belongs to root), and a forged frame would be "
            "a protocol violation"),
@@ -340,13 +347,24 @@ ATTACKS = [
            "torch.ops.aten is banned in source; without the static check the kernel's copy is needed (the decoy "
            "trial sees it), but the output is PyTorch's relu of it, which no kernel of the candidate's wrote",
            item=4),
-    Attack("root_files.py", {"bare": "runtime_error"},
+    Attack("root_files.py", {"bare": "compile_error"},
            "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
+    Attack("host_text.py", {"bare": "compile_error"},
+           "an error message made of the host (environment block, user list, kernel release, CPU count): the text "
+           "that reaches a prompt is built from the candidate's own source lines, the exception type and a bounded "
+           "message of the candidate's words and kforge's vocabulary", item=5),
+    Attack("host_environ.py", {"bare": "correct"},
+           "the child's environment block (/proc/self/environ) held the zygote's PYTHONPATH (the checkout) and the "
+           "trainer's PATH: it now holds nothing of the host", item=5),
     Attack("import_reraise.py", {"all": "compile_error", "bare": "compile_error"},
            "an error before READY is a compile error, whatever the child calls it", item=6),
     Attack("import_crash.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "a child that ends itself before READY never compiled: compile_error, not crashed (which was worth "
            "the compile reward)", item=6),
+    Attack("compile_reraise.py", {"all": "compile_error", "bare": "compile_error"},
+           "a kernel that does not compile, its failure re-raised as RuntimeError in forward: the child's exception "
+           "class once decided (runtime_error, worth the compile reward); only a call that ran to its answer shows "
+           "that the code compiled", item=6),
     Attack("import_hang.py", {"short_import": "compile_error"},
            "a child that spins before READY never compiled: compile_error, not timeout (which was worth the "
            "compile reward)", item=6),
@@ -359,6 +377,15 @@ ATTACKS = [
            "closure_guard.py with class patterns instead of text (`case object(__closure__=cells)`): banned in "
            "source (a class pattern's keywords are lookups like any `.name`); without the static check, as "
            "closure_guard.py", item=4),
+    # A pair, run in this order (tests/test_evaluator_corpus.py and bench/gpu_evaluator_corpus.py run it on
+    # its own, in sequence): an honest evaluation publishes (input, output) pairs, a later one replays them.
+    Attack("replay_publish.py", {"bare": "correct"},
+           "honest, and publishes every (input, output) pair it sees in System V shared memory (see replay.py)"),
+    Attack("replay.py", {"bare": "incorrect"},
+           "answers from the pairs replay_publish.py left, computing nothing: `correct`, no flag, while children "
+           "shared the host's IPC namespace and inputs were a function of (salt, problem). Each child now has its "
+           "own IPC namespace and the parent draws the inputs per evaluation: no table, no input seen before",
+           item=7),
     Attack("decoy_canary.py", {"all": "correct"},
            "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
            "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "

@@ -49,7 +49,7 @@ tried triton true try tuple two type types unable undefined unexpected unknown u
 using value values variable version view was were when where which while with within without would
 wrong x y you zero Errno Permission denied Fatal Python Segmentation fault Aborted CUDA Triton PyTorch
 torch nn functional tl OutOfMemoryError CompilationError CompileTimeAssertionFailure OutOfResources
-InterpreterError AcceleratorError system directory exist exists detected killed signal process
+InterpreterError AcceleratorError system directory exist exists detected killed signal process permitted
 """.split())
 _LOWER = frozenset(w.lower() for w in VOCABULARY)
 

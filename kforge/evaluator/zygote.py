@@ -104,6 +104,11 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: i
     os.environ["TMPDIR"] = scratch
     # Each child compiles into its own Triton cache (a copy of the warm one, made by the parent).
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(scratch, "triton-cache"))
+    # The lock-down takes the user list away, and torch's profiler asks for inductor's default cache folder,
+    # which is named after getpass.getuser() (a KeyError without /etc/passwd: every profiled call on a GPU
+    # failed as failed_when_timed). A folder of its own, and a user name that needs no lookup.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor-cache")
+    os.environ["LOGNAME"] = "candidate"
     tempfile.tempdir = scratch
     os.chdir(scratch)
     writable = [scratch, *req.get("writable", [])] + (["/dev/shm"] if applied.get("private_shm") else [])

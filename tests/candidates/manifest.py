@@ -309,16 +309,18 @@ ATTACKS = [
                                     "bare": "correct+kernel_not_needed"},
            "a dataclass default factory calls gc.get_objects from a `<string>` frame: such frames are the candidate's",
            item=2),
-    Attack("ctypes_launder.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+    Attack("ctypes_launder.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "ctypes reached through numpy.ctypeslib, every step asked from np.vectorize's frame: the audit hook sees "
-           "numpy; libc's system() after READY is refused by the seccomp filter applied then", item=2),
-    Attack("collect_env_shell.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+           "numpy; libc's system() after READY is refused by the seccomp filter applied then (in the first call: compile_error, no "
+           "call answered; on a GPU the first trial runs before the lock-down, so a later call fails)", item=2,
+           gpu={"no_static": "runtime_error", "bare": "runtime_error"}),
+    Attack("collect_env_shell.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "a shell through torch.utils.collect_env.run (Popen in torch's file): refused by the seccomp filter "
            "applied at READY (on a GPU with Triton, after the first trial: its first call succeeds, the next fails)",
-           item=2),
-    Attack("from_file_read.py", {"all": "static_check_failed", "no_static": "runtime_error", "bare": "runtime_error"},
+           item=2, gpu={"no_static": "runtime_error", "bare": "runtime_error"}),
+    Attack("from_file_read.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "torch.from_file raises no audit event: the second Landlock layer applied at READY leaves the user "
-           "list (/etc/passwd) out", item=2),
+           "list (/etc/passwd) out", item=2, gpu={"no_static": "runtime_error", "bare": "runtime_error"}),
     Attack("skewed_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "

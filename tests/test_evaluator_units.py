@@ -455,3 +455,18 @@ def test_arena_writer_gpu_path_pins_once_and_clears_a_refusal(monkeypatch: pytes
         writer._unmap()
         os.close(writer.fd)
         arena.close()
+
+
+def test_check_json_with_explain_sandbox_prints_one_document(tmp_path: Path) -> None:
+    problem = tmp_path / "relu_problem.py"
+    problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                       "        return torch.relu(x)\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
+                       "def get_init_inputs():\n    return []\n")
+    res = runner.invoke(app, ["check", str(CANDIDATES / "copy_kernel.py"), "--problem", str(problem), "--json",
+                              "--explain-sandbox", "--trials", "2"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)  # one document: a second one would make this fail with "Extra data"
+    assert data["status"] == "incorrect"
+    assert any("Landlock" in row["protection"] for row in data["sandbox"])
+    alone = json.loads(runner.invoke(app, ["check", "--json", "--explain-sandbox"]).stdout)
+    assert [row["protection"] for row in alone] == [row["protection"] for row in data["sandbox"]]

@@ -82,3 +82,10 @@ def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
     res = _train("--resume", str(run.path), "--max-steps", "5")
     assert res.returncode == 2 and "gone.jsonl" in res.stderr
     assert run.read_status()["status"] == "finished" and "error" not in run.read_status()
+
+
+def test_appends_after_a_whole_line_add_no_empty_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for step in (1, 2, 3):
+        append_jsonl(path, {"step": step})
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'

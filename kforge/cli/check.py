@@ -31,6 +31,12 @@ def _explain_table() -> Table:
     return table
 
 
+def _explain_rows() -> list[dict[str, Any]]:
+    from kforge.evaluator import layers
+
+    return [{"protection": n, "active": a, "detail": d} for n, a, d in layers.explain()]
+
+
 def _load_problem(spec: str, source: str) -> Any:
     from kforge.problems import ProblemSourceError, find_problem, load_problems
     from kforge.problems.record import Problem
@@ -88,7 +94,7 @@ def check(
     source: str = typer.Option("builtin", "--source", "-s", help="where problems come from (see `kforge problems ls`)"),
     backend: str = typer.Option("triton", "--backend", "-b", help="triton | cuda"),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
-    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here"),
+    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here (with --json and a candidate: under the verdict's \"sandbox\" key)"),
     trials: Optional[int] = typer.Option(None, "--trials", help="correctness trials (default from the config)"),
     no_time: bool = typer.Option(False, "--no-time", help="skip timing even on a GPU"),
     cpu: bool = typer.Option(False, "--cpu", help="evaluate on the CPU (Triton interpreter) even with a GPU"),
@@ -96,13 +102,15 @@ def check(
     """Evaluate one kernel file against one problem and print the verdict."""
     if explain_sandbox:
         if as_json:
-            from kforge.evaluator import layers
-
-            print(json.dumps([{"protection": n, "active": a, "detail": d} for n, a, d in layers.explain()]))
+            # --json promises one document: with a candidate the protections go inside its verdict object.
+            sandbox = _explain_rows()
+            if candidate is None:
+                print(json.dumps(sandbox))
+                return
         else:
             console.print(_explain_table())
-        if candidate is None:
-            return
+            if candidate is None:
+                return
     if candidate is None:
         raise fail("missing CANDIDATE: give the kernel file to check, e.g. `kforge check solution.py --problem 1/3`")
     if not candidate.is_file():
@@ -128,6 +136,8 @@ def check(
         out["problem"] = prob.key
         out["problem_name"] = prob.name
         out["backend"] = backend
+        if explain_sandbox:
+            out["sandbox"] = sandbox
         print(json.dumps(out, default=str))
         return
     console.print(_panel(verdict, prob, backend))

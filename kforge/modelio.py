@@ -92,6 +92,12 @@ def _locate(name: str, gguf_file: str | None) -> ModelRef:
     return ModelRef(name, gguf_file)
 
 
+def is_hub_id(name: str) -> bool:
+    """`org/name`, loaded from the Hugging Face hub (or its cache): not a package, nor a local folder."""
+    return (not name.startswith(("pkg:", "/", "./", "../", "~")) and name.count("/") == 1
+            and not Path(name).is_dir())
+
+
 def torch_dtype(name: str) -> Any:
     import torch
 

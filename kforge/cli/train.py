@@ -29,6 +29,8 @@ def train(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="placement, e.g. 'rollout=0 learner=1 eval=2,3'"),
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders live (log.runs_dir)"),
     plain: bool = typer.Option(False, "--plain", help="plain status lines even on a terminal"),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="start a config that wants a GPU on a machine without "
+                                   "one (placement.allow_cpu=true): nothing is timed, a 7B model takes days"),
 ) -> None:
     """GRPO/LoRA training: rollouts, sandboxed evaluation, learner updates, live dashboard, run folder."""
     from kforge.train.placement import PlacementError, parse_gpus_option, plan_placement
@@ -40,6 +42,8 @@ def train(
         extra.append(f"log.run_name={name}")
     if runs_dir is not None:
         extra.append(f"log.runs_dir={runs_dir}")
+    if allow_cpu:
+        extra.append("placement.allow_cpu=true")
 
     try:
         placement = parse_gpus_option(gpus) if gpus else {}
@@ -51,9 +55,9 @@ def train(
     else:
         resolved = load_config(preset or "default", config, extra)
         cfg = resolved.config
-    _check_rag_index(cfg)
+    _preflight(cfg, run.path.parent if resume else cfg.log.runs_dir)
     try:  # before any folder is made: a typo leaves nothing behind
-        plan = plan_placement(None, {**{k: v for k, v in cfg.placement.model_dump().items() if v}, **placement})
+        plan = plan_placement(None, {**cfg.placement.chosen(), **placement})
     except PlacementError as exc:
         raise fail(str(exc)) from None
     if not resume:
@@ -116,27 +120,26 @@ def _resume_target(spec: str, runs_dir: Optional[str], extra: list[str], max_ste
     return run, resolved
 
 
-def _check_rag_index(cfg) -> None:
-    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
-    the very problems the run is measured on to the prompts."""
-    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
+def _preflight(cfg, runs_dir) -> None:
+    """`kforge doctor`'s pre-flight rows, before any folder is made or model loaded: the first failure is
+    the one line the user gets; warnings are said and the run goes on."""
+    from kforge.modelio import is_hub_id
+    from kforge.ops.preflight import preflight
+    from kforge.problems.hub import offline_unless_reachable
 
-    ds = cfg.dataset
-    manifest_path = Path(ds.rag_index_path or "") / "manifest.json"
-    if ds.prompt_option != "raicl" or not ds.rag_index_path or not manifest_path.is_file():
-        return  # no index to check here; the run's set-up reports a missing one
-    try:
-        guard = json.loads(manifest_path.read_text()).get("leak_guard")
-        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
-    except (ValueError, OSError, AttributeError, ProblemSourceError):
-        return
-    if not isinstance(guard, dict):
-        return  # an index from before the leak guard recorded anything: nothing to compare
-    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
-    if missing:
-        raise fail(f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
-                   f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])}); rebuild it for this "
-                   f"config: kforge rag build --preset {cfg.preset or 'default'} --out {ds.rag_index_path}")
+    rows = preflight(cfg, runs_dir)
+    fails = [r for r in rows if r.status == "fail"]
+    if fails:
+        more = f" ({len(fails) - 1} more: `kforge doctor` lists them)" if len(fails) > 1 else ""
+        raise fail(f"{fails[0].check}: {fails[0].detail}; {fails[0].fix}{more}")
+    for row in rows:
+        if row.status == "warn":
+            console.print(f"warning: {row.check}: {row.detail}", highlight=False, soft_wrap=True)
+    if is_hub_id(cfg.model.name):
+        reason = offline_unless_reachable()
+        if reason:
+            console.print(f"{reason}: {cfg.model.name} is read from the local Hugging Face cache", highlight=False,
+                          soft_wrap=True)
 
 
 def _interrupted(run: RunFolder) -> bool:

@@ -220,6 +220,12 @@ class PlacementConfig(Section):
     rollout: list[int] = Field(default_factory=list)
     learner: list[int] = Field(default_factory=list)
     eval: list[int] = Field(default_factory=list)
+    allow_cpu: bool = Field(False, description="start a config that wants a GPU (kernel timing) on a machine "
+                            "without one: nothing is timed, and a 7B model trains on the CPU for days")
+
+    def chosen(self) -> dict[str, list[int]]:
+        """The roles given GPUs, for the planner."""
+        return {role: ids for role in ("rollout", "learner", "eval") if (ids := getattr(self, role))}
 
 
 class KforgeConfig(BaseModel):

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, PresetOpt
-from kforge.eval.report import summary_keys
+from kforge.eval.report import is_speed_key, speed_measured, summary_keys
 from kforge.ui.console import console, fail, setup_logging
 
 
@@ -42,7 +42,8 @@ def print_summary(summary: dict, title: str) -> None:
     max_k = max((int(k[5:]) for g in groups for k in summary[g] if k.startswith("pass@")), default=1)
     for key in summary_keys(max_k):
         if any(key in summary[g] for g in groups):
-            table.add_row(key, *[_fmt(summary[g].get(key)) for g in groups])
+            table.add_row(key, *[_fmt(summary[g].get(key)) if speed_measured(summary[g]) or not is_speed_key(key)
+                                 else "not measured" for g in groups])
     console.print(table)
 
 

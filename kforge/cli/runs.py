@@ -19,8 +19,40 @@ STATUS_STYLE = {"running": "green", "finished": "blue", "failed": "red", "crashe
                 "killed": "red"}
 
 
-def _fmt_time(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+def _fmt_time(ts: float | None, seconds: bool = False) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M" + (":%S" if seconds else "")) if ts else "-"
+
+
+def _config_origin(run) -> dict:
+    """Where the run's config came from: its preset, and each key that a --config file, the environment or
+    an override set to something else (read back from the run's config.yaml)."""
+    import yaml
+
+    from kforge.config.loader import changes_from_preset
+    from kforge.config.schema import KforgeConfig
+
+    out: dict = {"path": str(run.config_path), "preset": None, "changed": None}
+    try:
+        cfg = KforgeConfig.model_validate(yaml.safe_load(run.config_path.read_text()))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        out["error"] = f"unreadable: {str(exc).splitlines()[0]}"
+        return out
+    out["preset"] = cfg.preset
+    changed = changes_from_preset(cfg)
+    if changed is not None:
+        changed.pop("log.run_name", None)  # the run's own name, shown above
+    out["changed"] = changed
+    return out
+
+
+def _origin_text(origin: dict) -> str:
+    if origin.get("error"):
+        return f"{origin['path']}: {origin['error']}"
+    preset = origin["preset"] or "none"
+    if origin["changed"] is None:
+        return f"{origin['path']} (preset {preset}, not found here: changes unknown)"
+    changed = ", ".join(f"{k}={v}" for k, v in origin["changed"].items())
+    return f"{origin['path']} (preset {preset}" + (f"; changed: {changed})" if changed else ", unchanged)")
 
 
 def _fmt_num(x: float | None) -> str:
@@ -76,16 +108,21 @@ def show(
     summary = run.summary()
     metrics = run.metrics()
     last = metrics[-1] if metrics else {}
+    origin = _config_origin(run)
     if as_json:
-        print(json.dumps({"summary": summary, "last_metrics": last, "checkpoints": run.checkpoints()}, indent=2))
+        print(json.dumps({"summary": summary, "config": origin, "last_metrics": last, "checkpoints": run.checkpoints()},
+                         indent=2))
     else:
         table = Table(title=f"run {run.name}", show_header=False)
         table.add_column("key", style="cyan")
-        table.add_column("value")
+        table.add_column("value", overflow="fold")
         for key, value in summary.items():
-            table.add_row(key, _fmt_time(value) if key == "started" else str(value))
+            table.add_row(key, _fmt_time(value, seconds=True) if key == "started" else str(value))
+        table.add_row("config", _origin_text(origin))
         for key in sorted(last):
-            if isinstance(last[key], (int, float)):
+            if key == "time" and isinstance(last[key], (int, float)):
+                table.add_row("last step ended", _fmt_time(last[key], seconds=True))
+            elif isinstance(last[key], (int, float)):
                 table.add_row(f"last {key}", f"{last[key]:.4g}")
         console.print(table)
     if plot:

@@ -259,3 +259,14 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def to_yaml(config: KforgeConfig) -> str:
     """A YAML file that `--config` accepts back unchanged."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def changes_from_preset(config: KforgeConfig) -> dict[str, Any] | None:
+    """The keys whose value in `config` is not its preset's (defaults < preset, no environment): what a
+    `--config` file, KFORGE_* variables or overrides changed. None when the preset is not found here."""
+    try:
+        base = resolve(config.preset, environ={}).config
+    except ConfigError:
+        return None
+    ours, theirs = flatten(config.model_dump(mode="json")), flatten(base.model_dump(mode="json"))
+    return {key: value for key, value in ours.items() if key not in theirs or theirs[key] != value}

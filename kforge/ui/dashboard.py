@@ -107,8 +107,14 @@ class Dashboard:
                            ("learner/loss", "loss")):
             if isinstance(m.get(key), (int, float)):
                 parts.append(f"{label} {m[key]:.3f}")
+            elif key == "fast_1" and self._untimed():
+                parts.append("fast_1 not measured")
         parts.append(f"eta {self._eta()}")
         self.console.print(" | ".join(parts), highlight=False, soft_wrap=True)
+
+    def _untimed(self) -> bool:
+        """A step's metrics hold no fast_1 when its correct kernels were not timed (a CPU run)."""
+        return "rate/correct" in self.last_metrics and "fast_1" not in self.last_metrics
 
     def _refresh(self) -> None:
         if self._live is not None:
@@ -143,6 +149,8 @@ class Dashboard:
         for key in ("fast_1", "speedup/mean", "learner/loss", "learner/grad_norm", "learner/kl"):
             if isinstance(m.get(key), (int, float)):
                 curves.add_row(key, f"{m[key]:.4g}", "")
+            elif key == "fast_1" and self._untimed():
+                curves.add_row(key, "not measured", "")
 
         gpus = Table(show_header=True, header_style="bold", box=None)
         gpus.add_column("role")

@@ -11,10 +11,9 @@ from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.panel import Panel
 from rich.table import Table
 
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, print_fields
 
 
 def _explain_table() -> Table:
@@ -60,32 +59,30 @@ def _devices(cpu: bool) -> list[int]:
     return [] if cpu else default_devices()
 
 
-def _panel(verdict: Any, problem: Any, backend: str) -> Panel:
+def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str]], str]:
+    """The verdict as (label, value) rows, and its colour."""
     style = "green" if verdict.correct else ("yellow" if verdict.status.value in ("correct", "incorrect") else "red")
-    rows = Table.grid(padding=(0, 2))
-    rows.add_column(style="bold")
-    rows.add_column()
-    rows.add_row("problem", f"{problem.key} {problem.name}")
-    rows.add_row("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
-                                                                   if verdict.status.value == "correct" else ""))
-    rows.add_row("trials", f"{verdict.trials_passed}/{verdict.trials}")
+    rows = [("problem", escape(f"{problem.key} {problem.name}")),
+            ("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
+                                                               if verdict.status.value == "correct" else "")),
+            ("trials", f"{verdict.trials_passed}/{verdict.trials}")]
     if verdict.max_abs_error is not None:
-        rows.add_row("max abs error", f"{verdict.max_abs_error:.3g}")
+        rows.append(("max abs error", f"{verdict.max_abs_error:.3g}"))
     if verdict.flags:
-        rows.add_row("flags", ", ".join(verdict.flags))
+        rows.append(("flags", escape(", ".join(verdict.flags))))
     if verdict.timings is not None:
         t = verdict.timings
-        rows.add_row("time", f"mean {t.mean_ms:.4g} ms reported (median {t.median_ms:.4g}, min {t.min_ms:.4g}, "
-                     f"max {t.max_ms:.4g}, {t.trials} calls)")
+        rows.append(("time", f"mean {t.mean_ms:.4g} ms reported (median {t.median_ms:.4g}, min {t.min_ms:.4g}, "
+                     f"max {t.max_ms:.4g}, {t.trials} calls)"))
     if verdict.kernel_ms is not None:
-        rows.add_row("kernel time", f"{verdict.kernel_ms:.4g} ms (the report as far as the evaluator's clock allows)")
+        rows.append(("kernel time", f"{verdict.kernel_ms:.4g} ms (the report as far as the evaluator's clock allows)"))
     if verdict.baseline is not None:
-        rows.add_row("baseline", f"mean {verdict.baseline.mean_ms:.4g} ms")
-    rows.add_row("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
-                 else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)"))
-    rows.add_row("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s")
-    rows.add_row("feedback", verdict.feedback)
-    return Panel(rows, title=f"kforge check ({backend})", border_style=style)
+        rows.append(("baseline", f"mean {verdict.baseline.mean_ms:.4g} ms"))
+    rows.append(("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
+                 else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)")))
+    rows.append(("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s"))
+    rows.append(("feedback", escape(verdict.feedback)))
+    return rows, style
 
 
 def check(
@@ -140,4 +137,5 @@ def check(
             out["sandbox"] = sandbox
         print(json.dumps(out, default=str))
         return
-    console.print(_panel(verdict, prob, backend))
+    rows, style = _fields(verdict, prob)
+    print_fields(f"kforge check ({backend})", rows, style)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from kforge.runs.folder import find_run, list_runs
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, rule
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -60,7 +60,8 @@ def _fmt_num(x: float | None) -> str:
 
 
 @app.command("ls")
-def ls(runs_dir: str = RunsDirOpt, as_json: bool = typer.Option(False, "--json")) -> None:
+def ls(runs_dir: str = RunsDirOpt,
+       as_json: bool = typer.Option(False, "--json", help="a JSON list of the runs' summaries, for scripts")) -> None:
     """Name, status, start time, steps, best reward, fast_1 and last checkpoint of every run."""
     rows = [run.summary() for run in list_runs(runs_dir)]
     if as_json:
@@ -70,8 +71,10 @@ def ls(runs_dir: str = RunsDirOpt, as_json: bool = typer.Option(False, "--json")
         console.print(f"no runs under {runs_dir}/ (start one with `kforge train --preset tiny`)")
         return
     table = Table(title=f"runs in {runs_dir}/")
-    for col in ("name", "status", "started", "steps", "best reward", "fast_1", "last checkpoint"):
-        table.add_column(col)
+    # A run name is what the user types next (`runs show NAME`): never cut, the other columns wrap instead.
+    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    for col in ("status", "started", "steps", "best reward", "fast_1", "last checkpoint"):
+        table.add_column(col, overflow="fold")
     for r in rows:
         style = STATUS_STYLE.get(r["status"], "")
         table.add_row(
@@ -91,7 +94,8 @@ def show(
     name: str = typer.Argument(..., help="run name or folder"),
     runs_dir: str = RunsDirOpt,
     plot: bool = typer.Option(False, "--plot", help="write PNG plots of reward, correctness and speedup"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="summary, config origin, last metrics and checkpoints as "
+                                 "one JSON object (with --step: the transcript's records)"),
     step: Optional[int] = typer.Option(None, "--step", help="print that step's trajectories (its transcript)"),
     problem: Optional[str] = typer.Option(None, "--problem", help="with --step: only this problem (e.g. 1/3)"),
 ) -> None:
@@ -152,7 +156,7 @@ def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> N
         if "truncated" in rec:
             console.print(f"[yellow]... {rec['truncated']} more trajectories not written: {rec['reason']}[/]")
             continue
-        console.rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
+        rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
         for t in rec["turns"]:
             verdict = t["status"] + (f" x{t['speedup']:.2f}" if t.get("speedup") else "") + (
                 f" flags {','.join(t['flags'])}" if t.get("flags") else "")

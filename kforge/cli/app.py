@@ -86,6 +86,14 @@ def main(args: Optional[list[str]] = None) -> None:
 
     quiet_libraries()
     plain_help()
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal that is not UTF-8 (LANG=C) gets \u escapes for what it cannot show, e.g. a run's name,
+        # instead of a UnicodeEncodeError.
+        if (getattr(stream, "encoding", None) or "").lower().replace("-", "") != "utf8":
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError):
+                pass
     usage_error, click_error, aborts = _click_errors()
     args = sys.argv[1:] if args is None else args
     command, prog = app, "kforge"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from typing import Optional
 
 import typer
@@ -331,6 +332,19 @@ def tb(
         raise fail(f"TensorBoard exited with code {code}", code=1)
 
 
+def _confirm(question: str, no_input: str) -> bool:
+    """y/N on a terminal; off one, a line of stdin (`yes | kforge runs rm ...`), and with nothing to read
+    one line asking for --yes (exit 2) instead of an "interrupted" exit 130."""
+    if sys.stdin.isatty():
+        return typer.confirm(question, default=False)
+    console.print(f"{question} [y/N]: ", end="", highlight=False, markup=False)
+    answer = sys.stdin.readline()
+    if not answer:
+        console.print()
+        raise fail(no_input)
+    return answer.strip().lower() in ("y", "yes")
+
+
 @app.command("rm")
 def rm(
     name: str = typer.Argument(..., help="run name or folder"),
@@ -347,8 +361,9 @@ def rm(
             remove_run(run)
         except RunControlError as exc:
             raise fail(str(exc), code=1) from None
-    if not yes and not typer.confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
-                                     default=False):
+    if not yes and not _confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
+                                f"runs rm {run.name}: nothing to confirm it on (no terminal, no input); "
+                                f"add --yes to delete {run.path}"):
         console.print("nothing removed", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     try:

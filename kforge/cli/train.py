@@ -35,6 +35,8 @@ def train(
     """GRPO/LoRA training: rollouts, sandboxed evaluation, learner updates, live dashboard, run folder."""
     from kforge.train.placement import PlacementError, parse_gpus_option, plan_placement
 
+    if name is not None and not name.strip():
+        raise fail("--name is empty: give the run folder a name, or leave --name out for PRESET-DATE-TIME")
     extra = list(overrides or [])
     if max_steps is not None:
         extra.append(f"max_steps={max_steps}")
@@ -61,7 +63,9 @@ def train(
     except PlacementError as exc:
         raise fail(str(exc)) from None
     if not resume:
-        run_name = cfg.log.run_name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
+        # A preset given as a file path names the run by its file name alone: a run name is one folder name.
+        stem = Path(cfg.preset).stem if cfg.preset else "run"
+        run_name = cfg.log.run_name or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         cfg.log.run_name = run_name
         try:
             run = RunFolder.create(cfg.log.runs_dir, run_name, to_yaml(cfg))

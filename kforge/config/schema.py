@@ -39,9 +39,10 @@ class LoraConfig(Section):
     rank: int = Field(32, gt=0)
     alpha: int = Field(64, gt=0)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
+    target_modules: list[str] | str = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="module names to adapt, or one string as PEFT takes it: 'all-linear' or a regex matched "
+                    "against each module's full name")
 
 
 class DatasetConfig(Section):

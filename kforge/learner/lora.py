@@ -74,7 +74,8 @@ def attach_lora(model: Any, cfg: KforgeConfig) -> Any:
         r=cfg.lora.rank,
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
-        target_modules=list(cfg.lora.target_modules),
+        target_modules=cfg.lora.target_modules if isinstance(cfg.lora.target_modules, str)
+        else list(cfg.lora.target_modules),
         bias="none",
         task_type="CAUSAL_LM",
     )

@@ -157,8 +157,9 @@ class MetricSinks:
                 # The run's W&B id is kept in the run folder, so `--resume` continues the same W&B run.
                 id_file = Path(run_path) / "wandb_id"
                 run_id = id_file.read_text().strip() if id_file.is_file() else None
+                # dir: W&B's own files go into the run folder, not ./wandb wherever train was started.
                 self.wandb = wandb.init(project=cfg.log.wandb_project, name=cfg.log.wandb_name, id=run_id,
-                                        config=cfg.model_dump(mode="json"), resume="allow")
+                                        config=cfg.model_dump(mode="json"), resume="allow", dir=str(run_path))
                 if run_id is None and getattr(self.wandb, "id", None):
                     id_file.write_text(str(self.wandb.id))
             except ImportError:

@@ -128,6 +128,7 @@ def _preflight(cfg, runs_dir) -> None:
     """`kforge doctor`'s pre-flight rows, before any folder is made or model loaded: the first failure is
     the one line the user gets; warnings are said and the run goes on."""
     from kforge.modelio import is_hub_id
+    from kforge.ops.doctor_base import gpu_reasons
     from kforge.ops.preflight import preflight
     from kforge.problems.hub import offline_unless_reachable
 
@@ -137,7 +138,8 @@ def _preflight(cfg, runs_dir) -> None:
         more = f" ({len(fails) - 1} more: `kforge doctor` lists them)" if len(fails) > 1 else ""
         raise fail(f"{fails[0].check}: {fails[0].detail}; {fails[0].fix}{more}")
     for row in rows:
-        if row.status == "warn":
+        # No GPU for a config that needs none: the placement line says "CPU mode" already.
+        if row.status == "warn" and not (row.check == "gpus" and not gpu_reasons(cfg)):
             console.print(f"warning: {row.check}: {row.detail}", highlight=False, soft_wrap=True)
     if is_hub_id(cfg.model.name):
         reason = offline_unless_reachable()

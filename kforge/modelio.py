@@ -7,11 +7,13 @@ fresh install runs offline.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kforge.config.paths import cache_root
 
@@ -90,6 +92,21 @@ def _locate(name: str, gguf_file: str | None) -> ModelRef:
         if ggufs and not has_weights:
             gguf_file = ggufs[0].name
     return ModelRef(name, gguf_file)
+
+
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Around PEFT wrapping a model: PEFT reads `model.is_gradient_checkpointing`, which transformers 5
+    deprecated with a FutureWarning on every read; only that warning is dropped, nothing a user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        yield
+
+
+def is_hub_id(name: str) -> bool:
+    """`org/name`, loaded from the Hugging Face hub (or its cache): not a package, nor a local folder."""
+    return (not name.startswith(("pkg:", "/", "./", "../", "~")) and name.count("/") == 1
+            and not Path(name).is_dir())
 
 
 def torch_dtype(name: str) -> Any:

@@ -715,3 +715,18 @@ def test_the_lock_down_filter_refuses_processes_exec_and_system_v_ipc_but_not_th
     assert out["applied"] and out["thread"], out
     assert out["fork"] == errno.EPERM and out["exec"] == errno.EPERM and out["system"] != 0, out
     assert out["shmget"] == [-1, errno.EPERM], out
+
+
+def test_check_json_with_explain_sandbox_prints_one_document(tmp_path: Path) -> None:
+    problem = tmp_path / "relu_problem.py"
+    problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                       "        return torch.relu(x)\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
+                       "def get_init_inputs():\n    return []\n")
+    res = runner.invoke(app, ["check", str(CANDIDATES / "copy_kernel.py"), "--problem", str(problem), "--json",
+                              "--explain-sandbox", "--trials", "2"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)  # one document: a second one would make this fail with "Extra data"
+    assert data["status"] == "incorrect"
+    assert any("Landlock" in row["protection"] for row in data["sandbox"])
+    alone = json.loads(runner.invoke(app, ["check", "--json", "--explain-sandbox"]).stdout)
+    assert [row["protection"] for row in alone] == [row["protection"] for row in data["sandbox"]]

@@ -211,7 +211,7 @@ def test_train_refuses_an_index_that_leaks_its_held_out_problems(tmp_path, clean
 
 def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(tmp_path, clean_env):
     pytest.importorskip("faiss")
-    from kforge.cli.train import _check_rag_index
+    from kforge.ops.preflight import check_rag_leak
     from kforge.problems import problems_from_config, split_problems
 
     out = tmp_path / "idx"
@@ -224,8 +224,7 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
     assert guard["held_out_of"] == {"preset": "tiny", "source": "builtin", "split": "test"}
     assert sorted(guard["protected"]) == sorted(p.key for p in held_out)
     ok = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}"]).config
-    _check_rag_index(ok)  # the run it was built for: accepted
+    assert [r.status for r in check_rag_leak(ok)] == ["pass"]  # the run it was built for: accepted
     other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
                                        "dataset.test_fraction=0.5"]).config
-    with pytest.raises(typer.Exit):
-        _check_rag_index(other)  # more held-out problems than the index leaves out
+    assert [r.status for r in check_rag_leak(other)] == ["fail"]  # more held-out problems than the index leaves out

@@ -98,3 +98,23 @@ def test_cli_runs_ls_lists_crashed_and_finished(tmp_path):
     table = subprocess.run([sys.executable, "-m", "kforge", "runs", "ls", "--runs-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=60)
     assert "crashed" in table.stdout and "good" in table.stdout
+
+
+def test_runs_show_says_where_the_config_came_from_and_times_as_dates(tmp_path, clean_env):
+    import time
+
+    from kforge.config.loader import resolve, to_yaml
+
+    cfg = resolve("tiny", overrides=["dataset.batch_size=4", "log.run_name=r"]).config
+    run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
+    run.set_status("running", preset="tiny")
+    now = time.time()
+    run.log_metrics({"step": 1, "reward/mean": 0.25, "time": now})
+    run.set_status("finished")
+    show = [sys.executable, "-m", "kforge", "runs", "show", "r", "--runs-dir", str(tmp_path)]
+    out = subprocess.run(show, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    assert "preset tiny; changed: dataset.batch_size=4" in out.stdout
+    assert "e+09" not in out.stdout and time.strftime("%Y-%m-%d %H:%M", time.localtime(now)) in out.stdout
+    doc = json.loads(subprocess.run(show + ["--json"], capture_output=True, text=True, timeout=60).stdout)
+    assert doc["config"]["preset"] == "tiny" and doc["config"]["changed"] == {"dataset.batch_size": 4}

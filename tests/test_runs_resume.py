@@ -123,3 +123,10 @@ def test_settings_changed_on_resume_are_recorded_and_logged(tmp_path):
     assert "changes rollout.max_tokens: 96 -> 64 (from command line)" in log and "rollout.top_k" in log
     res = _train("--resume", str(run.path), "rollout.max_tokens=64", env={"KFORGE_ROLLOUT__TOP_K": "5"})
     assert len(run.config_history()) == 1  # the same settings again change nothing
+
+
+def test_appends_after_a_whole_line_add_no_empty_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for step in (1, 2, 3):
+        append_jsonl(path, {"step": step})
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'

@@ -66,3 +66,36 @@ def test_peak_gpu_memory_per_role_over_a_step():
                             "gpu/rollout/peak_mem_gb": 31.0}
     peaks.sample()
     assert peaks.take()["gpu/learner/peak_mem_gb"] == 5.0  # the next step starts over
+
+
+def test_untimed_correct_kernels_log_no_fast_1_and_the_dashboard_says_not_measured(tok, problems):
+    """On a CPU correct kernels are not timed: a fast_1 of 0 would be a number nobody measured."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kforge.train.metrics import held_out_metrics
+    from kforge.ui.dashboard import Dashboard
+
+    a = problems[0]
+    cfg = make_cfg(mode="single_turn")
+    builder = PromptBuilder(tok, option="zero_shot")
+    script = {a.key: [answer(KERNEL.format(s=2.0))]}
+    for meaningful in (False, True):
+        trajs = run(ScriptedBackend(tok, problems, script), builder, grade_by_parsing(meaningful=meaningful), cfg,
+                    [(a, g) for g in range(2)])
+        metrics, held_out = rollout_metrics(trajs, {a.key: 1}), held_out_metrics(trajs, {a.key: 1})
+        assert metrics["rate/correct"] == 1.0 and held_out["eval/correctness"] == 1.0
+        if meaningful:  # timed on a GPU: the numbers are there
+            assert metrics["fast_1"] == 1.0 and held_out["eval/fast_1.5"] == 1.0
+        else:
+            assert "fast_1" not in metrics and not any(k.startswith("eval/fast_1") for k in held_out)
+            assert "eval/mean_speedup" not in held_out
+            out = StringIO()
+            with Dashboard(Console(file=out, width=200), "r", 3, "placement: cpu", live=False) as dash:
+                dash.end_step(1, metrics, 1.0)
+            assert "fast_1 not measured" in out.getvalue() and "fast_1 0.000" not in out.getvalue()
+            live = StringIO()
+            with Dashboard(Console(file=live, width=200, force_terminal=True), "r", 3, "p", live=True) as dash:
+                dash.end_step(1, metrics, 1.0)
+            assert "not measured" in live.getvalue()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -68,11 +69,31 @@ def _click_errors() -> tuple[type, type, tuple[type, ...]]:
     return errors.UsageError, errors.ClickException, (getattr(errors, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt)
 
 
+def plain_help() -> None:
+    """Off a terminal, --help as click's plain text: Rich's help boxes are drawn at 80 columns there and cut
+    long option names and help text with "…" instead of wrapping them. (Typer reads this switch, set from
+    TYPER_USE_RICH at its import, each time it formats help.)"""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return
+    import typer.core
+
+    typer.core.HAS_RICH = False
+
+
 def main(args: Optional[list[str]] = None) -> None:
     """Run a command; a usage error is one line on stderr and exit 2, Ctrl-C exit 130."""
     from kforge.ui.console import quiet_libraries
 
     quiet_libraries()
+    plain_help()
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal that is not UTF-8 (LANG=C) gets \u escapes for what it cannot show, e.g. a run's name,
+        # instead of a UnicodeEncodeError.
+        if (getattr(stream, "encoding", None) or "").lower().replace("-", "") != "utf8":
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError):
+                pass
     usage_error, click_error, aborts = _click_errors()
     args = sys.argv[1:] if args is None else args
     command, prog = app, "kforge"

@@ -11,10 +11,9 @@ from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.panel import Panel
 from rich.table import Table
 
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, print_fields
 
 
 def _explain_table() -> Table:
@@ -29,6 +28,12 @@ def _explain_table() -> Table:
         layer, _, rest = name.partition("] ") if name.startswith("[") else ("[kernel", "", name)
         table.add_row(layer.lstrip("["), escape(rest), "[green]yes[/]" if active else "[red]no[/]", escape(detail))
     return table
+
+
+def _explain_rows() -> list[dict[str, Any]]:
+    from kforge.evaluator import layers
+
+    return [{"protection": n, "active": a, "detail": d} for n, a, d in layers.explain()]
 
 
 def _load_problem(spec: str, source: str) -> Any:
@@ -54,32 +59,30 @@ def _devices(cpu: bool) -> list[int]:
     return [] if cpu else default_devices()
 
 
-def _panel(verdict: Any, problem: Any, backend: str) -> Panel:
+def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str]], str]:
+    """The verdict as (label, value) rows, and its colour."""
     style = "green" if verdict.correct else ("yellow" if verdict.status.value in ("correct", "incorrect") else "red")
-    rows = Table.grid(padding=(0, 2))
-    rows.add_column(style="bold")
-    rows.add_column()
-    rows.add_row("problem", f"{problem.key} {problem.name}")
-    rows.add_row("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
-                                                                   if verdict.status.value == "correct" else ""))
-    rows.add_row("trials", f"{verdict.trials_passed}/{verdict.trials}")
+    rows = [("problem", escape(f"{problem.key} {problem.name}")),
+            ("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
+                                                               if verdict.status.value == "correct" else "")),
+            ("trials", f"{verdict.trials_passed}/{verdict.trials}")]
     if verdict.max_abs_error is not None:
-        rows.add_row("max abs error", f"{verdict.max_abs_error:.3g}")
+        rows.append(("max abs error", f"{verdict.max_abs_error:.3g}"))
     if verdict.flags:
-        rows.add_row("flags", ", ".join(verdict.flags))
+        rows.append(("flags", escape(", ".join(verdict.flags))))
     if verdict.timings is not None:
         t = verdict.timings
-        rows.add_row("time", f"mean {t.mean_ms:.4g} ms reported (median {t.median_ms:.4g}, min {t.min_ms:.4g}, "
-                     f"max {t.max_ms:.4g}, {t.trials} calls)")
+        rows.append(("time", f"mean {t.mean_ms:.4g} ms reported (median {t.median_ms:.4g}, min {t.min_ms:.4g}, "
+                     f"max {t.max_ms:.4g}, {t.trials} calls)"))
     if verdict.kernel_ms is not None:
-        rows.add_row("kernel time", f"{verdict.kernel_ms:.4g} ms (the report as far as the evaluator's clock allows)")
+        rows.append(("kernel time", f"{verdict.kernel_ms:.4g} ms (the report as far as the evaluator's clock allows)"))
     if verdict.baseline is not None:
-        rows.add_row("baseline", f"mean {verdict.baseline.mean_ms:.4g} ms")
-    rows.add_row("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
-                 else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)"))
-    rows.add_row("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s")
-    rows.add_row("feedback", verdict.feedback)
-    return Panel(rows, title=f"kforge check ({backend})", border_style=style)
+        rows.append(("baseline", f"mean {verdict.baseline.mean_ms:.4g} ms"))
+    rows.append(("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
+                 else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)")))
+    rows.append(("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s"))
+    rows.append(("feedback", escape(verdict.feedback)))
+    return rows, style
 
 
 def check(
@@ -88,7 +91,7 @@ def check(
     source: str = typer.Option("builtin", "--source", "-s", help="where problems come from (see `kforge problems ls`)"),
     backend: str = typer.Option("triton", "--backend", "-b", help="triton | cuda"),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
-    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here"),
+    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here (with --json and a candidate: under the verdict's \"sandbox\" key)"),
     trials: Optional[int] = typer.Option(None, "--trials", help="correctness trials (default from the config)"),
     no_time: bool = typer.Option(False, "--no-time", help="skip timing even on a GPU"),
     cpu: bool = typer.Option(False, "--cpu", help="evaluate on the CPU (Triton interpreter) even with a GPU"),
@@ -96,13 +99,15 @@ def check(
     """Evaluate one kernel file against one problem and print the verdict."""
     if explain_sandbox:
         if as_json:
-            from kforge.evaluator import layers
-
-            print(json.dumps([{"protection": n, "active": a, "detail": d} for n, a, d in layers.explain()]))
+            # --json promises one document: with a candidate the protections go inside its verdict object.
+            sandbox = _explain_rows()
+            if candidate is None:
+                print(json.dumps(sandbox))
+                return
         else:
             console.print(_explain_table())
-        if candidate is None:
-            return
+            if candidate is None:
+                return
     if candidate is None:
         raise fail("missing CANDIDATE: give the kernel file to check, e.g. `kforge check solution.py --problem 1/3`")
     if not candidate.is_file():
@@ -128,6 +133,9 @@ def check(
         out["problem"] = prob.key
         out["problem_name"] = prob.name
         out["backend"] = backend
+        if explain_sandbox:
+            out["sandbox"] = sandbox
         print(json.dumps(out, default=str))
         return
-    console.print(_panel(verdict, prob, backend))
+    rows, style = _fields(verdict, prob)
+    print_fields(f"kforge check ({backend})", rows, style)

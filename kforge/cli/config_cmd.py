@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
-from kforge.config.loader import flatten, preset_names, to_yaml
+from kforge.config.loader import flatten, key_description, preset_names, to_yaml
 from kforge.ui.console import console
 
 app = typer.Typer(no_args_is_help=True)
@@ -21,6 +22,7 @@ def show(
     preset: Optional[str] = PresetOpt,
     config: Optional[Path] = ConfigOpt,
     as_yaml: bool = typer.Option(False, "--yaml", help="print a YAML file that --config accepts back"),
+    explain: bool = typer.Option(False, "--explain", "-e", help="add what each key means (its description)"),
 ) -> None:
     """Print the resolved config; each value with the layer that set it (default, preset, --config, env, command line)."""
     preset = preset or "default"  # what `kforge train` and `kforge doctor` run without --preset
@@ -33,10 +35,14 @@ def show(
     table.add_column("key", style="cyan", no_wrap=True)
     table.add_column("value")
     table.add_column("from", style="dim")
+    if explain:
+        table.add_column("meaning", overflow="fold")
     for key, value in flatten(resolved.config.model_dump(mode="json")).items():
         origin = resolved.origin(key)
         style = "" if origin == "default" else "bold"
-        table.add_row(key, f"[{style}]{value!r}[/]" if style else repr(value), origin)
+        shown = escape(repr(value))
+        table.add_row(key, f"[{style}]{shown}[/]" if style else shown, origin,
+                      *([escape(key_description(key))] if explain else []))
     console.print(table)
 
 

@@ -21,14 +21,18 @@ def doctor(
     config: Optional[Path] = ConfigOpt,
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders go (default: log.runs_dir)"),
     as_json: bool = typer.Option(False, "--json", help="a JSON list of {check, status, detail, fix} for scripts"),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="as `train --allow-cpu`: a config that wants a GPU "
+                                   "may start on the CPU (placement.allow_cpu=true)"),
 ) -> None:
     """Packages, GPUs, CUDA/nvcc, a Triton kernel, sandbox layers, model, problems, RAG index and disk.
 
-    Exit code 0 when a run of this config can start (warnings allowed), 1 when a check fails.
+    Exit code 0 when a run of this config can start (warnings allowed), 1 when a check fails. `kforge train`
+    runs the same pre-flight rows (folders, disk, GPUs, W&B, RAG index, model) before it makes a run folder.
     """
     from kforge.ops.doctor import can_start, run_checks
 
-    cfg = load_config(preset or "default", config, overrides).config
+    extra = list(overrides or []) + (["placement.allow_cpu=true"] if allow_cpu else [])
+    cfg = load_config(preset or "default", config, extra).config
     results = run_checks(cfg, runs_dir)
     if as_json:
         print(json.dumps([r.as_dict() for r in results], indent=2))

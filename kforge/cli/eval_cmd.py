@@ -7,6 +7,8 @@ are against and on which GPU they were measured.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, PresetOpt
-from kforge.eval.report import summary_keys
+from kforge.eval.report import is_speed_key, speed_measured, summary_keys
 from kforge.ui.console import console, fail, setup_logging
 
 
@@ -42,7 +44,8 @@ def print_summary(summary: dict, title: str) -> None:
     max_k = max((int(k[5:]) for g in groups for k in summary[g] if k.startswith("pass@")), default=1)
     for key in summary_keys(max_k):
         if any(key in summary[g] for g in groups):
-            table.add_row(key, *[_fmt(summary[g].get(key)) for g in groups])
+            table.add_row(key, *[_fmt(summary[g].get(key)) if speed_measured(summary[g]) or not is_speed_key(key)
+                                 else "not measured" for g in groups])
     console.print(table)
 
 
@@ -132,15 +135,16 @@ def _run(plan, resume: bool) -> None:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("evaluate", total=None)
+        beat = _Heartbeat(enabled=not console.is_terminal)
 
         def on_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=stage, completed=done, total=total)
-            if not console.is_terminal and (done == total or done % 10 == 0):
-                print(f"{stage}: {done}/{total}", flush=True)
+            beat.update(stage, done, total, say=done == total or done % 10 == 0)
 
         run.on_progress = on_progress
         try:
-            summary = run.run()
+            with beat:
+                summary = run.run()
         except KeyboardInterrupt:
             run.write()
             raise fail(f"interrupted; finished samples are in {plan.out} (continue with --resume)", code=130) from None
@@ -155,6 +159,45 @@ def _run(plan, resume: bool) -> None:
     for name, part in by_split.items():
         print_summary(part, f"{name} only")
     _say(f"wrote {plan.out}")
+
+
+class _Heartbeat:
+    """Piped progress lines: on every 10th sample, and at least every `every_s` seconds while a slow
+    generation or evaluation finishes nothing (a log that says nothing for a minute looks hung)."""
+
+    def __init__(self, enabled: bool, every_s: float = 10.0):
+        self.enabled, self.every_s = enabled, every_s
+        self.stage, self.done, self.total = "starting", 0, 0
+        self.started = self.said = time.time()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def update(self, stage: str, done: int, total: int, say: bool) -> None:
+        with self._lock:
+            self.stage, self.done, self.total = stage, done, total
+        if say:
+            self._say()
+
+    def _say(self) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self.said = time.time()
+            line = f"{self.stage}: {self.done}/{self.total} ({self.said - self.started:.0f} s)"
+        print(line, flush=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            if time.time() - self.said >= self.every_s:
+                self._say()
+
+    def __enter__(self) -> "_Heartbeat":
+        if self.enabled:
+            threading.Thread(target=self._loop, name="kforge-eval-progress", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
 
 
 def _check_model(model: str) -> None:

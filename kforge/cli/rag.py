@@ -12,7 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, rule
 
 if TYPE_CHECKING:
     from kforge.config.schema import DatasetConfig
@@ -308,7 +308,7 @@ def query(
     lexer = "python" if retriever.backend == "triton" else "cpp"
     for rank, e in enumerate(examples, 1):
         where = e.source + (f" {e.problem_key}" if e.problem_key else "")
-        console.rule(escape(f"#{rank}  score {e.score:.3f}  {e.name}  [{where}]"))
+        rule(escape(f"#{rank}  score {e.score:.3f}  {e.name}  [{where}]"))
         if console.is_terminal:
             kernel_lexer = "python" if "class ModelNew" in e.kernel_code else lexer
             console.print(Syntax(e.kernel_code.strip(), kernel_lexer, word_wrap=False))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from typing import Optional
 
 import typer
 from rich.table import Table
 
 from kforge.runs.folder import find_run, list_runs
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, rule
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -19,8 +20,40 @@ STATUS_STYLE = {"running": "green", "finished": "blue", "failed": "red", "crashe
                 "killed": "red"}
 
 
-def _fmt_time(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+def _fmt_time(ts: float | None, seconds: bool = False) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M" + (":%S" if seconds else "")) if ts else "-"
+
+
+def _config_origin(run) -> dict:
+    """Where the run's config came from: its preset, and each key that a --config file, the environment or
+    an override set to something else (read back from the run's config.yaml)."""
+    import yaml
+
+    from kforge.config.loader import changes_from_preset
+    from kforge.config.schema import KforgeConfig
+
+    out: dict = {"path": str(run.config_path), "preset": None, "changed": None}
+    try:
+        cfg = KforgeConfig.model_validate(yaml.safe_load(run.config_path.read_text()))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        out["error"] = f"unreadable: {str(exc).splitlines()[0]}"
+        return out
+    out["preset"] = cfg.preset
+    changed = changes_from_preset(cfg)
+    if changed is not None:
+        changed.pop("log.run_name", None)  # the run's own name, shown above
+    out["changed"] = changed
+    return out
+
+
+def _origin_text(origin: dict) -> str:
+    if origin.get("error"):
+        return f"{origin['path']}: {origin['error']}"
+    preset = origin["preset"] or "none"
+    if origin["changed"] is None:
+        return f"{origin['path']} (preset {preset}, not found here: changes unknown)"
+    changed = ", ".join(f"{k}={v}" for k, v in origin["changed"].items())
+    return f"{origin['path']} (preset {preset}" + (f"; changed: {changed})" if changed else ", unchanged)")
 
 
 def _fmt_num(x: float | None) -> str:
@@ -28,7 +61,8 @@ def _fmt_num(x: float | None) -> str:
 
 
 @app.command("ls")
-def ls(runs_dir: str = RunsDirOpt, as_json: bool = typer.Option(False, "--json")) -> None:
+def ls(runs_dir: str = RunsDirOpt,
+       as_json: bool = typer.Option(False, "--json", help="a JSON list of the runs' summaries, for scripts")) -> None:
     """Name, status, start time, steps, best reward, fast_1 and last checkpoint of every run."""
     rows = [run.summary() for run in list_runs(runs_dir)]
     if as_json:
@@ -38,8 +72,10 @@ def ls(runs_dir: str = RunsDirOpt, as_json: bool = typer.Option(False, "--json")
         console.print(f"no runs under {runs_dir}/ (start one with `kforge train --preset tiny`)")
         return
     table = Table(title=f"runs in {runs_dir}/")
-    for col in ("name", "status", "started", "steps", "best reward", "fast_1", "last checkpoint"):
-        table.add_column(col)
+    # A run name is what the user types next (`runs show NAME`): never cut, the other columns wrap instead.
+    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    for col in ("status", "started", "steps", "best reward", "fast_1", "last checkpoint"):
+        table.add_column(col, overflow="fold")
     for r in rows:
         style = STATUS_STYLE.get(r["status"], "")
         table.add_row(
@@ -59,7 +95,8 @@ def show(
     name: str = typer.Argument(..., help="run name or folder"),
     runs_dir: str = RunsDirOpt,
     plot: bool = typer.Option(False, "--plot", help="write PNG plots of reward, correctness and speedup"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="summary, config origin, last metrics and checkpoints as "
+                                 "one JSON object (with --step: the transcript's records)"),
     step: Optional[int] = typer.Option(None, "--step", help="print that step's trajectories (its transcript)"),
     problem: Optional[str] = typer.Option(None, "--problem", help="with --step: only this problem (e.g. 1/3)"),
 ) -> None:
@@ -76,16 +113,21 @@ def show(
     summary = run.summary()
     metrics = run.metrics()
     last = metrics[-1] if metrics else {}
+    origin = _config_origin(run)
     if as_json:
-        print(json.dumps({"summary": summary, "last_metrics": last, "checkpoints": run.checkpoints()}, indent=2))
+        print(json.dumps({"summary": summary, "config": origin, "last_metrics": last, "checkpoints": run.checkpoints()},
+                         indent=2))
     else:
         table = Table(title=f"run {run.name}", show_header=False)
         table.add_column("key", style="cyan")
-        table.add_column("value")
+        table.add_column("value", overflow="fold")
         for key, value in summary.items():
-            table.add_row(key, _fmt_time(value) if key == "started" else str(value))
+            table.add_row(key, _fmt_time(value, seconds=True) if key == "started" else str(value))
+        table.add_row("config", _origin_text(origin))
         for key in sorted(last):
-            if isinstance(last[key], (int, float)):
+            if key == "time" and isinstance(last[key], (int, float)):
+                table.add_row("last step ended", _fmt_time(last[key], seconds=True))
+            elif isinstance(last[key], (int, float)):
                 table.add_row(f"last {key}", f"{last[key]:.4g}")
         console.print(table)
     if plot:
@@ -115,7 +157,7 @@ def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> N
         if "truncated" in rec:
             console.print(f"[yellow]... {rec['truncated']} more trajectories not written: {rec['reason']}[/]")
             continue
-        console.rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
+        rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
         for t in rec["turns"]:
             verdict = t["status"] + (f" x{t['speedup']:.2f}" if t.get("speedup") else "") + (
                 f" flags {','.join(t['flags'])}" if t.get("flags") else "")
@@ -290,6 +332,19 @@ def tb(
         raise fail(f"TensorBoard exited with code {code}", code=1)
 
 
+def _confirm(question: str, no_input: str) -> bool:
+    """y/N on a terminal; off one, a line of stdin (`yes | kforge runs rm ...`), and with nothing to read
+    one line asking for --yes (exit 2) instead of an "interrupted" exit 130."""
+    if sys.stdin.isatty():
+        return typer.confirm(question, default=False)
+    console.print(f"{question} [y/N]: ", end="", highlight=False, markup=False)
+    answer = sys.stdin.readline()
+    if not answer:
+        console.print()
+        raise fail(no_input)
+    return answer.strip().lower() in ("y", "yes")
+
+
 @app.command("rm")
 def rm(
     name: str = typer.Argument(..., help="run name or folder"),
@@ -306,8 +361,9 @@ def rm(
             remove_run(run)
         except RunControlError as exc:
             raise fail(str(exc), code=1) from None
-    if not yes and not typer.confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
-                                     default=False):
+    if not yes and not _confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
+                                f"runs rm {run.name}: nothing to confirm it on (no terminal, no input); "
+                                f"add --yes to delete {run.path}"):
         console.print("nothing removed", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     try:

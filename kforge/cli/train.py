@@ -31,10 +31,14 @@ def train(
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders live (log.runs_dir)"),
     plain: bool = typer.Option(False, "--plain", help="plain status lines even on a terminal"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the GPU plan and why, then exit (nothing is started)"),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="start a config that wants a GPU on a machine without "
+                                   "one (placement.allow_cpu=true): nothing is timed, a 7B model takes days"),
 ) -> None:
     """GRPO/LoRA training: rollouts, sandboxed evaluation, learner updates, live dashboard, run folder."""
     from kforge.train.placement import PlacementError, memory_for, parse_gpus_option, plan_placement
 
+    if name is not None and not name.strip():
+        raise fail("--name is empty: give the run folder a name, or leave --name out for PRESET-DATE-TIME")
     extra = list(overrides or [])
     if max_steps is not None:
         extra.append(f"max_steps={max_steps}")
@@ -42,6 +46,8 @@ def train(
         extra.append(f"log.run_name={name}")
     if runs_dir is not None:
         extra.append(f"log.runs_dir={runs_dir}")
+    if allow_cpu:
+        extra.append("placement.allow_cpu=true")
 
     try:
         placement = parse_gpus_option(gpus) if gpus else {}
@@ -58,17 +64,18 @@ def train(
     else:
         resolved = load_config(preset or "default", config, extra)
         cfg = resolved.config
-    _check_rag_index(cfg)
+    _preflight(cfg, run.path.parent if resume else cfg.log.runs_dir)
     try:  # before any folder is made: a typo leaves nothing behind
-        plan = plan_placement(None, {**{k: v for k, v in cfg.placement.model_dump().items() if v}, **placement},
-                              memory_for(cfg))
+        plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg))
     except PlacementError as exc:
         raise fail(str(exc)) from None
     if dry_run:
         console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
         return
     if not resume:
-        run_name = cfg.log.run_name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
+        # A preset given as a file path names the run by its file name alone: a run name is one folder name.
+        stem = Path(cfg.preset).stem if cfg.preset else "run"
+        run_name = cfg.log.run_name or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         cfg.log.run_name = run_name
         try:
             run = RunFolder.create(cfg.log.runs_dir, run_name, to_yaml(cfg))
@@ -157,27 +164,28 @@ def _record_changes(run: RunFolder, cfg, changes: dict, step: int) -> None:
                  change["by"])
 
 
-def _check_rag_index(cfg) -> None:
-    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
-    the very problems the run is measured on to the prompts."""
-    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
+def _preflight(cfg, runs_dir) -> None:
+    """`kforge doctor`'s pre-flight rows, before any folder is made or model loaded: the first failure is
+    the one line the user gets; warnings are said and the run goes on."""
+    from kforge.modelio import is_hub_id
+    from kforge.ops.doctor_base import gpu_reasons
+    from kforge.ops.preflight import preflight
+    from kforge.problems.hub import offline_unless_reachable
 
-    ds = cfg.dataset
-    manifest_path = Path(ds.rag_index_path or "") / "manifest.json"
-    if ds.prompt_option != "raicl" or not ds.rag_index_path or not manifest_path.is_file():
-        return  # no index to check here; the run's set-up reports a missing one
-    try:
-        guard = json.loads(manifest_path.read_text()).get("leak_guard")
-        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
-    except (ValueError, OSError, AttributeError, ProblemSourceError):
-        return
-    if not isinstance(guard, dict):
-        return  # an index from before the leak guard recorded anything: nothing to compare
-    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
-    if missing:
-        raise fail(f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
-                   f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])}); rebuild it for this "
-                   f"config: kforge rag build --preset {cfg.preset or 'default'} --out {ds.rag_index_path}")
+    rows = preflight(cfg, runs_dir)
+    fails = [r for r in rows if r.status == "fail"]
+    if fails:
+        more = f" ({len(fails) - 1} more: `kforge doctor` lists them)" if len(fails) > 1 else ""
+        raise fail(f"{fails[0].check}: {fails[0].detail}; {fails[0].fix}{more}")
+    for row in rows:
+        # No GPU for a config that needs none: the placement line says "CPU mode" already.
+        if row.status == "warn" and not (row.check == "gpus" and not gpu_reasons(cfg)):
+            console.print(f"warning: {row.check}: {row.detail}", highlight=False, soft_wrap=True)
+    if is_hub_id(cfg.model.name):
+        reason = offline_unless_reachable()
+        if reason:
+            console.print(f"{reason}: {cfg.model.name} is read from the local Hugging Face cache", highlight=False,
+                          soft_wrap=True)
 
 
 def _interrupted(run: RunFolder) -> bool:

@@ -23,7 +23,8 @@ from kforge.config.schema import KforgeConfig
 
 ENV_PREFIX = "KFORGE_"
 # Environment variables with the prefix that are not config keys (read elsewhere in kforge).
-RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR"}
+# KFORGE_ROLE is set by kforge itself in the processes it serves (learner, rollout worker).
+RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR", "KFORGE_ROLE", "KFORGE_CPU_BF16"}
 
 
 class ConfigError(ValueError):
@@ -103,6 +104,8 @@ def _is_text_field(path: list[str]) -> bool:
         return False
     ann = info.annotation
     options = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    if any(typing.get_origin(option) is list for option in options):
+        return False  # text or a list (lora.target_modules): YAML tells `[a,b]` from `all-linear`
     for option in options:
         if option is str:
             return True
@@ -172,6 +175,14 @@ def _model_at(path: list[str]) -> type[BaseModel] | None:
     return model
 
 
+def key_description(dotted: str) -> str:
+    """What a config key means: its field's description ("" when it has none)."""
+    path = dotted.split(".")
+    model = _model_at(path[:-1]) if len(path) > 1 else KforgeConfig
+    info = model.model_fields.get(path[-1]) if model is not None else None
+    return (info.description or "") if info is not None else ""
+
+
 def _env_name(dotted: str) -> str:
     return ENV_PREFIX + dotted.upper().replace(".", "__")
 
@@ -214,7 +225,16 @@ def resolve(
 ) -> ResolvedConfig:
     """Build the run config from all layers; raises ConfigError with a one-line message."""
     layers: list[Layer] = []
-    if preset:
+    if preset and ("/" in preset or preset.endswith((".yaml", ".yml"))):  # a preset file of the user's
+        path = Path(preset).expanduser()
+        path = path if path.suffix else path.with_suffix(".yaml")
+        if not path.is_file():
+            raise ConfigError(f"preset file {path} not found; give a preset name ({', '.join(preset_names())}) "
+                              "or a YAML file")
+        data = read_yaml(path, f"preset {preset}")
+        data.setdefault("preset", preset)
+        layers.append(Layer(f"preset {preset}", data))
+    elif preset:
         path = presets_dir() / f"{preset}.yaml"
         if not path.exists():
             names = preset_names()
@@ -266,3 +286,14 @@ def config_changes(before: KforgeConfig, after: ResolvedConfig) -> dict[str, dic
 def to_yaml(config: KforgeConfig) -> str:
     """A YAML file that `--config` accepts back unchanged."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def changes_from_preset(config: KforgeConfig) -> dict[str, Any] | None:
+    """The keys whose value in `config` is not its preset's (defaults < preset, no environment): what a
+    `--config` file, KFORGE_* variables or overrides changed. None when the preset is not found here."""
+    try:
+        base = resolve(config.preset, environ={}).config
+    except ConfigError:
+        return None
+    ours, theirs = flatten(config.model_dump(mode="json")), flatten(base.model_dump(mode="json"))
+    return {key: value for key, value in ours.items() if key not in theirs or theirs[key] != value}

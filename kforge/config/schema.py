@@ -39,9 +39,10 @@ class LoraConfig(Section):
     rank: int = Field(32, gt=0)
     alpha: int = Field(64, gt=0)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
+    target_modules: list[str] | str = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="module names to adapt, or one string as PEFT takes it: 'all-linear' or a regex matched "
+                    "against each module's full name")
 
 
 class DatasetConfig(Section):
@@ -234,6 +235,12 @@ class PlacementConfig(Section):
     rollout: list[int] = Field(default_factory=list)
     learner: list[int] = Field(default_factory=list)
     eval: list[int] = Field(default_factory=list)
+    allow_cpu: bool = Field(False, description="start a config that wants a GPU (kernel timing) on a machine "
+                            "without one: nothing is timed, and a 7B model trains on the CPU for days")
+
+    def chosen(self) -> dict[str, list[int]]:
+        """The roles given GPUs, for the planner."""
+        return {role: ids for role in ("rollout", "learner", "eval") if (ids := getattr(self, role))}
 
 
 class KforgeConfig(BaseModel):

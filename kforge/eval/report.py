@@ -79,6 +79,18 @@ def summary_keys(max_k: int = 1) -> tuple[str, ...]:
     )
 
 
+def is_speed_key(key: str) -> bool:
+    """A summary number that needs timed kernels: fast_p for p > 0 (also per turn) and the speedup means."""
+    name = key.removeprefix("first_turn_").removeprefix("best_of_turns_")
+    return name.endswith("_speedup") or (name.startswith("fast_") and name != "fast_0")
+
+
+def speed_measured(summary: Summary) -> bool:
+    """Whether the group's speed numbers mean anything: some correct kernel was timed, or none was correct (then
+    no kernel is fast whatever the clock says). On a CPU, with correct kernels, they are "not measured"."""
+    return bool(summary.get("timed")) or not summary.get("correctness")
+
+
 def _fast(v: Verdict | None, p: float) -> bool:
     if v is None or not v.correct:
         return False

@@ -8,6 +8,7 @@ the samples in flight, and `--resume` continues without redoing finished ones.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import platform
@@ -115,6 +116,19 @@ def load_candidates(path: Path, problems: list[Problem]) -> list[tuple[Problem, 
     return items
 
 
+# A results file is rewritten after every sample: a candidate's code is kept up to this many characters
+# (a real kernel is far smaller), with its length and hash, so one 60 MB file does not make every write 60 MB.
+CODE_KEEP_CHARS = 256 * 1024
+
+
+def kept_code(code: str | None) -> dict[str, Any]:
+    """The `code` of a results file's turn, cut at CODE_KEEP_CHARS with its full length and sha256 noted."""
+    if code is None or len(code) <= CODE_KEEP_CHARS:
+        return {"code": code}
+    digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+    return {"code": code[:CODE_KEEP_CHARS], "code_chars": len(code), "code_sha256": digest, "code_cut": True}
+
+
 @dataclass
 class EvalRun:
     cfg: KforgeConfig
@@ -185,7 +199,7 @@ class EvalRun:
         async def one(p: Problem, i: int, code: str) -> None:
             nonlocal done
             verdict = await pool.evaluate(p, code, self.cfg.dataset.backend)
-            self._record(p, i, [{"turn": 1, "code": code, "verdict": verdict.to_dict()}], verdict)
+            self._record(p, i, [{"turn": 1, **kept_code(code), "verdict": verdict.to_dict()}], verdict)
             done += 1
             if self.on_progress:
                 self.on_progress("evaluate", done, len(todo))
@@ -229,7 +243,7 @@ class EvalRun:
                 rollouts = await runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)
                 score_trajectories(rollouts.trajectories, self.cfg.reward, self.cfg.episode.thinking)
                 for traj in rollouts.trajectories:
-                    turns = [{"turn": t.index + 1, "code": t.candidate.code if t.candidate else None,
+                    turns = [{"turn": t.index + 1, **kept_code(t.candidate.code if t.candidate else None),
                               "response": t.response_text, "score": t.score,
                               "verdict": t.verdict.to_dict() if t.verdict else None} for t in traj.turns]
                     self._record(by_key[traj.problem_key], traj.group_index, turns, traj.best_verdict)

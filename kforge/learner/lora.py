@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kforge.modelio import peft_wrapping
+
 if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
     from kforge.config.schema import KforgeConfig
 
@@ -66,17 +68,20 @@ def attach_lora(model: Any, cfg: KforgeConfig) -> Any:
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     if cfg.model.checkpoint:
-        return PeftModel.from_pretrained(model, str(adapter_folder(cfg.model.checkpoint)), is_trainable=True)
+        with peft_wrapping():
+            return PeftModel.from_pretrained(model, str(adapter_folder(cfg.model.checkpoint)), is_trainable=True)
     lora = LoraConfig(
         r=cfg.lora.rank,
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
-        target_modules=list(cfg.lora.target_modules),
+        target_modules=cfg.lora.target_modules if isinstance(cfg.lora.target_modules, str)
+        else list(cfg.lora.target_modules),
         bias="none",
         task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, lora)
+        with peft_wrapping():
+            return get_peft_model(model, lora)
     except ValueError as exc:
         names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
         raise LearnerError(

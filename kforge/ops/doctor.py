@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import importlib.util
-import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from kforge.config.schema import KforgeConfig
-from kforge.gpus import Gpu, query_gpus, visible_records
+from kforge.gpus import Gpu, query_gpus, visible_records  # noqa: F401 (Gpu re-exported)
 from kforge.ops.doctor_base import GIB, CheckResult, Status, can_start, gpu_reasons  # noqa: F401 (re-exported)
 from kforge.ops.doctor_data import (  # noqa: F401 (re-exported)
     check_disk, check_model, check_problems, check_rag, hub_cached, hub_head,
 )
+from kforge.ops.preflight import check_gpus, check_wandb, preflight  # noqa: F401 (re-exported)
 from kforge.ops.doctor_runtime import (  # noqa: F401 (re-exported)
     TritonProbe, _nvcc_path, check_cuda_toolchain, check_sandbox, check_triton_and_torch, nvcc_release,
 )
@@ -172,34 +170,11 @@ def check_vllm_torch_pin(cfg: KforgeConfig, gpus_visible: bool) -> list[CheckRes
 # ----------------------------------------------------------------------------------------------- GPUs
 
 
-def check_gpus(cfg: KforgeConfig, gpus: list[Gpu] | None, source: str) -> list[CheckResult]:
-    needs = gpu_reasons(cfg)
-    need_text = ", ".join(needs)
-    if not gpus:
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES") is not None and gpus is not None
-        detail = "no GPU visible" + (f" ({source})" if gpus is None else "") + (
-            " (CUDA_VISIBLE_DEVICES hides them)" if hidden else "")
-        if needs:
-            return [CheckResult("gpus", "fail", f"{detail}; this config needs one for {need_text}",
-                                "run on an NVIDIA GPU machine with the driver installed, or use --preset tiny on CPU")]
-        return [CheckResult("gpus", "warn", f"{detail}: CPU mode (hf rollouts, Triton interpreter, no timing)",
-                            "fine for --preset tiny; GPU presets need NVIDIA GPUs")]
-    rows = [CheckResult("gpus", "pass", f"{len(gpus)} visible (driver {gpus[0].driver}, via {source})")]
-    for g in gpus:
-        detail = f"{g.name}, {g.total_mib / 1024:.1f} GiB, {g.used_mib / 1024:.1f} GiB in use"
-        busy = g.total_mib > 0 and g.used_mib / g.total_mib > 0.10
-        rows.append(CheckResult(
-            f"gpu {g.index}", "warn" if busy else "pass", detail,
-            "another process holds memory on this GPU (nvidia-smi shows which); the run gets less" if busy else "",
-        ))
-    return rows
-
-
 def check_placement(cfg: KforgeConfig) -> list[CheckResult]:
     """The config's placement.* GPUs against the visible ones (the same rule `kforge train` applies)."""
     from kforge.train.placement import PlacementError, plan_placement
 
-    chosen = {k: v for k, v in cfg.placement.model_dump().items() if v}
+    chosen = cfg.placement.chosen()
     try:
         plan = plan_placement(None, chosen)
     except PlacementError as exc:
@@ -219,8 +194,8 @@ def _guarded(name: str, fn: Callable[[], list[CheckResult]]) -> list[CheckResult
                             "please report this; the other rows are still valid")]
 
 
-def run_checks(cfg: KforgeConfig, runs_dir: str | Path | None = None, triton_timeout_s: float = 300.0,
-               hub_timeout_s: float = 5.0) -> list[CheckResult]:
+def run_checks(cfg: KforgeConfig, runs_dir: str | Path | None = None,
+               triton_timeout_s: float = 300.0) -> list[CheckResult]:
     """Every check for this config, in a stable order."""
     runs_dir = Path(runs_dir if runs_dir is not None else cfg.log.runs_dir)
     all_gpus, source = query_gpus()
@@ -228,13 +203,11 @@ def run_checks(cfg: KforgeConfig, runs_dir: str | Path | None = None, triton_tim
     gpus_visible = bool(gpus)
     probe = TritonProbe(gpus_visible, triton_timeout_s)  # runs while the quick checks below run
     head = check_python() + _guarded("packages", lambda: check_packages(cfg, gpus_visible))
-    head += _guarded("gpus", lambda: check_gpus(cfg, gpus, source))
     head += _guarded("placement", lambda: check_placement(cfg))
     tail = _guarded("sandbox", check_sandbox)
-    tail += _guarded("model", lambda: check_model(cfg, hub_timeout_s))
     tail += _guarded("problems", lambda: check_problems(cfg))
-    tail += _guarded("rag index", lambda: check_rag(cfg))
-    tail += _guarded("disk", lambda: check_disk(runs_dir))
+    # What `kforge train` checks before it makes a run folder, asked the same way.
+    tail += _guarded("preflight", lambda: preflight(cfg, runs_dir, (gpus, source)))
     report, _ = probe.result()
     middle = _guarded("triton kernel", lambda: check_triton_and_torch(cfg, report, gpus_visible))
     middle += _guarded("cuda toolchain", lambda: check_cuda_toolchain(cfg, report.get("torch_cuda"), gpus_visible))

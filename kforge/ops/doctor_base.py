@@ -29,8 +29,8 @@ def can_start(results: list[CheckResult]) -> bool:
 # ---------------------------------------------------------------------------------------------- needs
 
 
-def gpu_reasons(cfg: KforgeConfig) -> list[str]:
-    """The settings of this config that only work on an NVIDIA GPU."""
+def gpu_only(cfg: KforgeConfig) -> list[str]:
+    """The settings of this config that cannot run at all without an NVIDIA GPU."""
     reasons = []
     if cfg.rollout.backend == "vllm":
         reasons.append("rollout.backend=vllm")
@@ -38,6 +38,13 @@ def gpu_reasons(cfg: KforgeConfig) -> list[str]:
         reasons.append("model.load_in_4bit=true")
     if cfg.dataset.backend == "cuda":
         reasons.append("dataset.backend=cuda")
+    return reasons
+
+
+def gpu_reasons(cfg: KforgeConfig) -> list[str]:
+    """The settings of this config that only work on an NVIDIA GPU: those of `gpu_only`, and kernel timing,
+    without which a run is possible (`placement.allow_cpu`) but measures no speed."""
+    reasons = gpu_only(cfg)
     if cfg.evaluator.measure_performance:
         reasons.append("evaluator.measure_performance=true (kernel timing)")
     return reasons

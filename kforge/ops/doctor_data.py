@@ -77,11 +77,14 @@ def check_model(cfg: KforgeConfig, hub_timeout_s: float = 5.0) -> list[CheckResu
         rows.append(CheckResult("model", "fail", f"model.name {name!r}: no such folder, and not a hub id (org/name)",
                                 "give a local model folder, a hub id like Qwen/Qwen2.5-Coder-7B-Instruct, or pkg:<package>"))
     else:
+        from kforge.problems.hub import hub_unreachable
+
         snap = hub_cached(name)
+        unreachable = hub_unreachable()  # asked once per process: train's loads then skip the hub's retries
         if snap:
             rows.append(CheckResult("model", "pass", f"{name}: in the local Hugging Face cache ({snap})"))
-        elif os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-            rows.append(CheckResult("model", "fail", f"{name}: not in the Hugging Face cache and HF_HUB_OFFLINE=1",
+        elif unreachable:
+            rows.append(CheckResult("model", "fail", f"{name}: not in the Hugging Face cache and {unreachable}",
                                     f"download it first (`hf download {name}`) or point model.name at a local folder"))
         else:
             code, where = hub_head(name, hub_timeout_s)
@@ -94,7 +97,7 @@ def check_model(cfg: KforgeConfig, hub_timeout_s: float = 5.0) -> list[CheckResu
             elif code == 404:
                 rows.append(CheckResult("model", "fail", f"{name}: not found on the hub", "check model.name"))
             else:
-                rows.append(CheckResult("model", "warn", f"{name}: hub unreachable ({where}); not cached either",
+                rows.append(CheckResult("model", "fail", f"{name}: the hub did not answer ({where}); not cached either",
                                         f"on a machine with internet: `hf download {name}`, or use a local folder"))
     if cfg.model.checkpoint:
         ck = Path(cfg.model.checkpoint)

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import yaml
 
 from kforge.config.schema import KforgeConfig
+from kforge.modelio import peft_wrapping
 from kforge.runs.folder import RunFolder
 from kforge.runs.locate import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LocateError, find_adapter, locate
 from kforge.runs.locate import load_run_config as _load_run_config
@@ -244,7 +245,8 @@ def export_merged(source: ExportSource, out: Path, force: bool = False, dtype: s
         base = load_causal_lm(ref, dtype_name, device=None, load_in_4bit=False, trust_remote_code=trust)
         if device != "cpu":
             base = base.to(device)
-        model = PeftModel.from_pretrained(base, str(source.adapter_dir))
+        with peft_wrapping():
+            model = PeftModel.from_pretrained(base, str(source.adapter_dir))
         merged = model.merge_and_unload()
         if dtype_name in ("bfloat16", "float16", "float32"):
             merged = merged.to(getattr(torch, dtype_name))

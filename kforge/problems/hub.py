@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from functools import lru_cache
 from typing import Sequence
 from urllib.parse import urlparse
@@ -31,6 +32,21 @@ def hub_unreachable() -> str | None:
             return None
     except OSError as exc:
         return f"{host} cannot be reached ({type(exc).__name__})"
+
+
+def offline_unless_reachable() -> str | None:
+    """Ask the hub once; when it cannot be reached, this process and the ones it starts read the local cache
+    only, instead of retrying the hub (with a warning per try) before every cached file. Returns why it
+    went offline: None when the hub answers or the environment already said so."""
+    if any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on") for var in _OFFLINE_VARS):
+        return None
+    reason = hub_unreachable()
+    if reason is not None:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        constants = sys.modules.get("huggingface_hub.constants")
+        if constants is not None:  # imported already: it read the variable at import
+            constants.HF_HUB_OFFLINE = True
+    return reason
 
 
 def model_cached(model: str) -> bool:

@@ -21,6 +21,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+from kforge.modelio import peft_wrapping
 from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion, SamplingParams
 from kforge.rollout.logprobs import process_logits
 
@@ -211,7 +212,8 @@ class HFBackend:
             else:
                 from peft import PeftModel
 
-                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name, is_trainable=False)
+                with peft_wrapping():
+                    self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name, is_trainable=False)
             self.model.eval()
             self._adapter_name = name
             self.version = version

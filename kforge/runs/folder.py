@@ -64,7 +64,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a+b") as fh:
         # A line torn by a crash mid-append must not swallow this record: start it on a line of its own.
-        torn = fh.tell() > 0 and (fh.seek(-1, os.SEEK_END) or fh.read(1) != b"\n")
+        torn = False
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            torn = fh.read(1) != b"\n"
         fh.write((("\n" if torn else "") + json.dumps(record, default=_json_default) + "\n").encode())
         fh.flush()
 

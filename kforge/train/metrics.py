@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kforge.eval.report import summarize, trajectory_outcome
+from kforge.eval.report import is_speed_key, speed_measured, summarize, trajectory_outcome
 from kforge.evaluator.verdict import Status
 from kforge.policy.records import Trajectory
 
@@ -64,7 +64,8 @@ def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int], per_
     out["turns/dropped_attempts"] = float(sum(t.dropped_attempts for t in turns))
     summary = summarize([trajectory_outcome(tr, levels.get(tr.problem_key, 0)) for tr in trajectories])["overall"]
     out["fast_0"] = float(summary.get("fast_0") or 0.0)
-    out["fast_1"] = float(summary.get("fast_1") or 0.0)
+    if speed_measured(summary):  # untimed (CPU) correct kernels would log a fast_1 of 0 that means nothing
+        out["fast_1"] = float(summary.get("fast_1") or 0.0)
     if per_level:
         out.update(level_metrics(trajectories, levels))
     return out
@@ -88,8 +89,9 @@ def level_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dic
 def held_out_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dict[str, float]:
     """`eval/...`: the KernelBench summary of the held-out problems, as `kforge eval` computes it."""
     summary = summarize([trajectory_outcome(tr, levels.get(tr.problem_key, 0)) for tr in trajectories])["overall"]
+    measured = speed_measured(summary)
     return {f"eval/{k}": float(v) for k, v in summary.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and (measured or not is_speed_key(k))}
 
 
 def step_metrics(step: int, epoch: int, rollouts: Any, credit: dict[str, float], learned: dict[str, float],
@@ -159,8 +161,9 @@ class MetricSinks:
                 # The run's W&B id is kept in the run folder, so `--resume` continues the same W&B run.
                 id_file = Path(run_path) / "wandb_id"
                 run_id = id_file.read_text().strip() if id_file.is_file() else None
+                # dir: W&B's own files go into the run folder, not ./wandb wherever train was started.
                 self.wandb = wandb.init(project=cfg.log.wandb_project, name=cfg.log.wandb_name, id=run_id,
-                                        config=cfg.model_dump(mode="json"), resume="allow")
+                                        config=cfg.model_dump(mode="json"), resume="allow", dir=str(run_path))
                 if run_id is None and getattr(self.wandb, "id", None):
                     id_file.write_text(str(self.wandb.id))
             except ImportError:

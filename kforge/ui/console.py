@@ -35,6 +35,33 @@ console = _console()
 err_console = _console(stderr=True)
 
 
+def rule(title: str) -> None:
+    """A titled separator: Rich's rule on a terminal; off one a short line, not PLAIN_WIDTH columns of dashes."""
+    if console.is_terminal:
+        console.rule(title)
+    else:
+        console.print(f"--- {title} ---", highlight=False, soft_wrap=True)
+
+
+def print_fields(title: str, rows: list[tuple[str, str]], style: str = "") -> None:
+    """Labelled values: a panel on a terminal; off one `title` and `key: value` lines (a panel there would be
+    padded to PLAIN_WIDTH columns)."""
+    if console.is_terminal:
+        from rich.panel import Panel
+        from rich.table import Table
+
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        for key, value in rows:
+            grid.add_row(key, value)
+        console.print(Panel(grid, title=title, border_style=style or "none"))
+        return
+    console.print(title, highlight=False, soft_wrap=True)
+    for key, value in rows:
+        console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> "typer.Exit":
     """Print one clear line on stderr and return the Exit to raise (bad input: exit 2)."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)

@@ -13,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 SPARK = "▁▂▃▄▅▆▇█"
+# What TRL users watch of the optimiser step, as the learner logs it.
+LEARNER_KEYS = (("learner/loss", "loss"), ("learner/kl", "kl"), ("learner/lr", "lr"), ("learner/grad_norm", "grad norm"))
 
 
 def sparkline(values: list[float], width: int = 30) -> str:
@@ -80,6 +82,9 @@ class Dashboard:
 
     def end_step(self, step: int, metrics: dict[str, Any], step_seconds: float) -> None:
         self.step = step
+        # The step's stages are over: its last one (learn 0/1, the optimiser step, which reports no
+        # progress of its own) must not stay on screen as if it were still running.
+        self.stage, self.stage_done, self.stage_total = f"step {step} done", 0, 0
         self.step_times.append(step_seconds)
         self.last_metrics = metrics
         for key in self.history:
@@ -102,13 +107,20 @@ class Dashboard:
             return
         self._last_plain = now
         m = self.last_metrics
-        parts = [f"step {self.step}/{self.total_steps}", f"stage {self.stage} {self.stage_done}/{self.stage_total}"]
+        counts = f" {self.stage_done}/{self.stage_total}" if self.stage_total else ""
+        parts = [f"step {self.step}/{self.total_steps}", f"stage {self.stage}{counts}"]
         for key, label in (("reward/mean", "reward"), ("rate/correct", "correct"), ("fast_1", "fast_1"),
-                           ("learner/loss", "loss")):
+                           *LEARNER_KEYS):
             if isinstance(m.get(key), (int, float)):
-                parts.append(f"{label} {m[key]:.3f}")
+                parts.append(f"{label} {m[key]:.3g}" if key.startswith("learner/") else f"{label} {m[key]:.3f}")
+            elif key == "fast_1" and self._untimed():
+                parts.append("fast_1 not measured")
         parts.append(f"eta {self._eta()}")
         self.console.print(" | ".join(parts), highlight=False, soft_wrap=True)
+
+    def _untimed(self) -> bool:
+        """A step's metrics hold no fast_1 when its correct kernels were not timed (a CPU run)."""
+        return "rate/correct" in self.last_metrics and "fast_1" not in self.last_metrics
 
     def _refresh(self) -> None:
         if self._live is not None:
@@ -127,8 +139,8 @@ class Dashboard:
         )
         stage = Table.grid(padding=(0, 2))
         frac = self.stage_done / self.stage_total if self.stage_total else 0.0
-        bar = "█" * int(frac * 30) + "·" * (30 - int(frac * 30))
-        stage.add_row(f"[cyan]{self.stage}[/]", bar, f"{self.stage_done}/{self.stage_total}")
+        bar = "█" * int(frac * 30) + "·" * (30 - int(frac * 30)) if self.stage_total else ""
+        stage.add_row(f"[cyan]{self.stage}[/]", bar, f"{self.stage_done}/{self.stage_total}" if self.stage_total else "")
         for key, label in (("throughput/generate_tok_s", "generate tok/s"), ("throughput/eval_kernels_min", "kernels/min"),
                            ("learner/tokens_per_s", "learner tok/s")):
             if isinstance(m.get(key), (int, float)):
@@ -140,9 +152,11 @@ class Dashboard:
         curves.add_column("trend")
         for key, values in self.history.items():
             curves.add_row(key, f"{values[-1]:.3f}" if values else "-", sparkline(values))
-        for key in ("fast_1", "speedup/mean", "learner/loss", "learner/grad_norm", "learner/kl"):
+        for key in ("fast_1", "speedup/mean", *(key for key, _ in LEARNER_KEYS)):
             if isinstance(m.get(key), (int, float)):
                 curves.add_row(key, f"{m[key]:.4g}", "")
+            elif key == "fast_1" and self._untimed():
+                curves.add_row(key, "not measured", "")
 
         gpus = Table(show_header=True, header_style="bold", box=None)
         gpus.add_column("role")

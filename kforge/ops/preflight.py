@@ -1,0 +1,170 @@
+"""The checks `kforge train` runs before it makes a run folder, and `kforge doctor` runs among its own.
+
+One list for both, so doctor's "ready" means that `train` starts: every way a run could fail only after the
+problems, the eval pool and the model were loaded (a folder that cannot be written, no disk, a model that is
+neither cached nor reachable, a missing or leaking RAG index, W&B without credentials, a config that needs a
+GPU on a machine without one) is a row here, asked in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import netrc
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+from kforge.config.paths import cache_root
+from kforge.config.schema import KforgeConfig
+from kforge.gpus import Gpu, query_gpus, visible_records
+from kforge.ops.doctor_base import CheckResult, gpu_only, gpu_reasons
+from kforge.ops.doctor_data import check_disk, check_model, check_rag
+
+
+def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
+              gpus: tuple[list[Gpu] | None, str] | None = None) -> list[CheckResult]:
+    """The rows, cheapest first (the model's may ask the hub). `gpus` is `query_gpus()`'s answer when the
+    caller has it."""
+    runs_dir = Path(runs_dir if runs_dir is not None else cfg.log.runs_dir)
+    if gpus is None:
+        found, source = query_gpus()
+        gpus = (visible_records(found) if found is not None else None, source)
+    rows = check_folders(runs_dir) + check_disk(runs_dir) + check_gpus(cfg, *gpus) + check_wandb(cfg)
+    rows += check_rag_leak(cfg) + check_rag(cfg)  # the leak first: an index that leaks is refused whatever else
+    return rows + check_model(cfg)
+
+
+# ------------------------------------------------------------------------------------------- folders
+
+
+def check_folders(runs_dir: Path) -> list[CheckResult]:
+    """The run folders' parent and kforge's cache (reference outputs, converted models) can be made and written."""
+    rows = []
+    for what, folder, fix in (("log.runs_dir", runs_dir, "pass --runs-dir / log.runs_dir=DIR naming a writable folder"),
+                              ("kforge cache", cache_root(), "set KFORGE_CACHE_DIR to a writable folder")):
+        problem = _unwritable(folder)
+        rows.append(CheckResult(f"folder {what}", "fail" if problem else "pass",
+                                f"{folder}: {problem}" if problem else f"{folder} can be written", fix if problem else ""))
+    return rows
+
+
+def _unwritable(folder: Path) -> str | None:
+    path = Path(folder).expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        return f"{path} is a file, not a folder"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- GPUs
+
+
+def check_gpus(cfg: KforgeConfig, gpus: list[Gpu] | None, source: str) -> list[CheckResult]:
+    needs = gpu_reasons(cfg)
+    need_text = ", ".join(needs)
+    if not gpus:
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES") is not None and gpus is not None
+        detail = "no GPU visible" + (f" ({source})" if gpus is None else "") + (
+            " (CUDA_VISIBLE_DEVICES hides them)" if hidden else "")
+        hard = gpu_only(cfg)
+        if hard or (needs and not cfg.placement.allow_cpu):
+            fix = "run on an NVIDIA GPU machine with the driver installed, or use --preset tiny on CPU"
+            if not hard:
+                fix += "; to start it on the CPU anyway (nothing timed, a big model for days): --allow-cpu"
+            return [CheckResult("gpus", "fail", f"{detail}; this config needs one for {', '.join(hard) or need_text}",
+                                fix)]
+        if needs:
+            return [CheckResult("gpus", "warn", f"{detail}; placement.allow_cpu=true: CPU mode although "
+                                f"{need_text} wants a GPU, so nothing is timed", "run on an NVIDIA GPU machine")]
+        return [CheckResult("gpus", "warn", f"{detail}: CPU mode (hf rollouts, Triton interpreter, no timing)",
+                            "fine for --preset tiny; GPU presets need NVIDIA GPUs")]
+    rows = [CheckResult("gpus", "pass", f"{len(gpus)} visible (driver {gpus[0].driver}, via {source})")]
+    for g in gpus:
+        detail = f"{g.name}, {g.total_mib / 1024:.1f} GiB, {g.used_mib / 1024:.1f} GiB in use"
+        busy = g.total_mib > 0 and g.used_mib / g.total_mib > 0.10
+        rows.append(CheckResult(
+            f"gpu {g.index}", "warn" if busy else "pass", detail,
+            "another process holds memory on this GPU (nvidia-smi shows which); the run gets less" if busy else "",
+        ))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- W&B
+
+
+def check_wandb(cfg: KforgeConfig) -> list[CheckResult]:
+    """W&B asks for a key on a terminal and raises without one: where its own lookup would find one."""
+    import importlib.util
+
+    project = cfg.log.wandb_project
+    if not project:
+        return [CheckResult("wandb", "pass", "not used (log.wandb_project is not set)")]
+    if importlib.util.find_spec("wandb") is None:
+        return [CheckResult("wandb", "warn", f"log.wandb_project={project} but wandb is not installed: the run "
+                            "logs to metrics.jsonl and TensorBoard only", "pip install 'kforge[wandb]'")]
+    mode = os.environ.get("WANDB_MODE", "").lower()
+    if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_DISABLED", "").lower() in ("1", "true"):
+        return [CheckResult("wandb", "pass", f"project {project}, WANDB_MODE={mode or 'disabled'}: no login needed")]
+    where = _wandb_credentials()
+    if where:
+        return [CheckResult("wandb", "pass", f"project {project}, credentials from {where}")]
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    return [CheckResult("wandb", "fail", f"log.wandb_project={project} but no W&B credentials (no WANDB_API_KEY, "
+                        f"no {host} entry in ~/.netrc, no api_key in W&B's settings)",
+                        "run `wandb login` (or set WANDB_API_KEY); WANDB_MODE=offline logs locally; "
+                        "or unset log.wandb_project")]
+
+
+def _wandb_credentials() -> str | None:
+    if os.environ.get("WANDB_API_KEY"):
+        return "WANDB_API_KEY"
+    token = os.environ.get("WANDB_IDENTITY_TOKEN_FILE")
+    if token and Path(token).is_file():
+        return "WANDB_IDENTITY_TOKEN_FILE"
+    config_dir = Path(os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb")
+    for settings in (config_dir / "settings", Path("wandb") / "settings"):
+        try:
+            if any(line.split("=")[0].strip() == "api_key" for line in settings.read_text().splitlines()):
+                return str(settings)
+        except (OSError, UnicodeDecodeError):
+            continue
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    for path in filter(None, (os.environ.get("NETRC"), Path.home() / ".netrc", Path.home() / "_netrc")):
+        try:
+            if netrc.netrc(str(path)).authenticators(host or ""):
+                return str(path)
+        except (OSError, netrc.NetrcParseError):
+            continue
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- RAG
+
+
+def check_rag_leak(cfg: KforgeConfig) -> list[CheckResult]:
+    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
+    the very problems the run is measured on to the prompts."""
+    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
+
+    ds = cfg.dataset
+    manifest_path = Path(ds.rag_index_path or "") / "manifest.json"
+    if ds.prompt_option != "raicl" or not ds.rag_index_path or not manifest_path.is_file():
+        return []  # no index: check_rag says so
+    try:
+        guard = json.loads(manifest_path.read_text()).get("leak_guard")
+        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
+    except (ValueError, OSError, AttributeError, ProblemSourceError):
+        return []
+    if not isinstance(guard, dict):
+        return []  # an index from before the leak guard recorded anything: nothing to compare
+    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
+    if not missing:
+        return [CheckResult("rag leak guard", "pass", f"the index leaves out all {len(held_out)} held-out problems")]
+    return [CheckResult("rag leak guard", "fail",
+                        f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
+                        f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])})",
+                        f"rebuild it for this config: kforge rag build --preset {cfg.preset or 'default'} "
+                        f"--out {ds.rag_index_path}")]

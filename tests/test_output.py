@@ -1,0 +1,106 @@
+"""What a person reads: off a terminal plain lines at a sane width, --help whole in a pipe, run names never
+cut, a dashboard that ends on the step it finished and shows the optimiser's numbers, piped eval progress
+that never goes quiet for long, and no library warning a user cannot act on."""
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+from io import StringIO
+from pathlib import Path
+
+from rich.console import Console
+
+from kforge.ui.dashboard import Dashboard
+
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+
+
+def kforge(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def test_piped_check_prints_key_value_lines_not_a_padded_panel(tmp_path):
+    problem = tmp_path / "relu_problem.py"
+    problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                       "        return torch.relu(x)\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
+                       "def get_init_inputs():\n    return []\n")
+    res = kforge("check", str(CANDIDATES / "copy_kernel.py"), "--problem", str(problem), "--trials", "2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert "status: incorrect" in lines and any(line.startswith("trials: ") for line in lines)
+    assert max(len(line) for line in lines) < 400 and not any(line.endswith(" ") for line in lines)
+    code = "from kforge.ui.console import rule; rule('step 1')"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "--- step 1 ---\n"
+
+
+def test_help_in_a_pipe_is_whole_and_every_json_flag_has_a_help_line():
+    res = kforge("eval", "--help")
+    assert res.returncode == 0 and "…" not in res.stdout
+    assert "--candidates, --from-file" in res.stdout and "eval_results-TARGET-SPLIT.json" in res.stdout
+    assert "JSON list of the runs" in kforge("runs", "ls", "--help").stdout
+    assert "one JSON object" in kforge("runs", "show", "--help").stdout
+
+
+def test_runs_ls_never_cuts_a_run_name(tmp_path):
+    from kforge.runs.folder import RunFolder
+
+    name = "drkernel-20261126-123456"  # a default name, next to every other column filled
+    run = RunFolder.create(tmp_path, name, "preset: drkernel\n")
+    run.set_status("running", preset="drkernel")
+    run.log_metrics({"step": 40, "reward/mean": 0.123456, "fast_1": 0.5})
+    (run.path / "checkpoints" / "step_000040").mkdir(parents=True)
+    run.log_checkpoint({"step": 40, "path": "checkpoints/step_000040"})
+    run.set_status("finished")
+    res = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": "80"})
+    assert res.returncode == 0 and name in res.stdout, res.stdout
+
+
+def test_wrapping_a_model_with_peft_prints_no_future_warning():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from kforge.config.loader import resolve
+    from kforge.learner.lora import attach_lora
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        getattr(model, "is_gradient_checkpointing", None)  # what PEFT reads: transformers warns on it
+    if not any("is_gradient_checkpointing" in str(w.message) for w in caught):
+        return  # a transformers without the deprecation: nothing to silence
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        attach_lora(model, resolve("tiny").config)
+    assert not [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_the_dashboard_ends_on_the_finished_step_with_the_optimisers_numbers():
+    metrics = {"reward/mean": 0.5, "rate/correct": 0.25, "fast_1": 0.0, "learner/loss": 0.125, "learner/kl": 0.01,
+               "learner/lr": 2e-5, "learner/grad_norm": 0.75}
+    out = StringIO()
+    with Dashboard(Console(file=out, width=200), "r", 3, "placement: cpu", live=False) as dash:
+        dash.set_stage("learn", total=1)
+        dash.end_step(1, metrics, 1.0)
+    line = out.getvalue().strip().splitlines()[-1]
+    assert "learn 0/1" not in line and "step 1 done" in line
+    for label in ("loss 0.125", "kl 0.01", "lr 2e-05", "grad norm 0.75"):
+        assert label in line, line
+    live = StringIO()
+    with Dashboard(Console(file=live, width=200, force_terminal=True), "r", 3, "p", live=True) as dash:
+        dash.set_stage("learn", total=1)
+        dash.end_step(1, metrics, 1.0)
+    frame = live.getvalue()
+    assert "learner/lr" in frame and "learner/grad_norm" in frame and "0/1" not in frame.split("step 1 done")[-1]
+
+
+def test_piped_eval_progress_speaks_while_nothing_finishes(capsys):
+    from kforge.cli.eval_cmd import _Heartbeat
+
+    with _Heartbeat(enabled=True, every_s=1.0) as beat:
+        beat.update("generate", 3, 40, say=False)
+        time.sleep(2.5)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("generate: 3/40 (") for line in lines), lines

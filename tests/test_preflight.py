@@ -128,6 +128,7 @@ def test_wandb_credentials_are_looked_up_where_wandb_looks(tmp_path, monkeypatch
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)  # another test's stand-in may still be imported
     cfg = resolve("tiny", overrides=["log.wandb_project=p"]).config
     assert check_wandb(resolve("tiny").config)[0].status == "pass"  # not used
     assert check_wandb(cfg)[0].status == "warn"  # not installed: the run goes on without it

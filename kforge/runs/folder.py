@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import time
@@ -22,29 +21,9 @@ from kforge.runs.checkpoints import (CHECKPOINTS_DIR, CKPT_PREFIX, LEARNER_DIR, 
                                      checkpoint_damage, checkpoint_step, read_trainer_state)
 from kforge.space import check_writable, refused_write
 
-STATUS_FILE = "status.json"
-CONFIG_FILE = "config.yaml"
-CONFIG_HISTORY_FILE = "config_history.jsonl"  # what each resume changed in config.yaml, and by which layer
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_FILE = "checkpoints.jsonl"
-LOG_FILE = "logs.log"
-STOP_FILE = "STOP"  # `kforge runs stop` drops this; the loop checkpoints and exits at the next step
-ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the last few are kept)
-SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
-# Every name kforge writes at the top of a run folder (the roles' logs, the metric writers' and the plots'
-# outputs too): a folder holding anything else is never reused.
-RUN_ENTRIES = frozenset({STATUS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE, METRICS_FILE, CHECKPOINTS_FILE, LOG_FILE, STOP_FILE,
-                         CHECKPOINTS_DIR, ADAPTERS_DIR, SAMPLES_DIR, "learner.log", "rollout.log", "tensorboard",
-                         "wandb_id", "reward.png", "correctness.png", "speedup.png"})
-# The logs of learner ranks after the first and of rollout engine replicas after the first.
-ROLE_LOG = re.compile(r"(learner\.rank|rollout\.replica)[1-9][0-9]*\.log")
-
-
-def written_by_run(name: str) -> bool:
-    """A top-level name a run writes: one of RUN_ENTRIES, a role's log, a torn-line copy, or an atomic write's temp."""
-    if name.startswith(".") and ".tmp" in name:
-        name = name[1:name.index(".tmp")]
-    return bool(ROLE_LOG.fullmatch(name)) or name in RUN_ENTRIES or (name.endswith(".torn") and name[:-5] in RUN_ENTRIES)
+from kforge.runs.layout import (ADAPTERS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE,  # noqa: F401
+                                LOG_FILE, METRICS_FILE, RUN_ENTRIES, SAMPLES_DIR, STATUS_FILE, STOP_FILE,
+                                written_by_run)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

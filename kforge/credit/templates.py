@@ -5,7 +5,8 @@ the format reward grades and compiles on every problem, so format and compile cr
 everywhere without it solving anything: the cheapest answer to learn. An incorrect answer whose code was
 also the answer to another problem of the same step is such a template; ``kforge.credit.rewards`` takes
 its shaping credit away (format, compile, partial credit and thinking 0, length at its floor). A correct
-answer keeps its reward wherever it is given (two problems can share a solution).
+answer keeps its reward wherever it is given (two problems can share a solution). A response without
+code is compared by its text, whitespace collapsed.
 
 Two answers are the same when their syntax trees are, with the code's own names (arguments, definitions,
 assignments, import aliases) renumbered in order of first appearance and docstrings dropped: a renamed or
@@ -87,8 +88,16 @@ def fingerprint(code: str | None) -> str | None:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _code(turn: Turn) -> str | None:
-    return turn.candidate.code if turn.candidate is not None else None
+def answer_print(turn: Turn) -> str | None:
+    """The fingerprint of a turn's code, or without code that parses of its whitespace-collapsed text (a fixed
+    non-answer repeated across problems is a template too, and would otherwise earn the length
+    tie-breaker's best score everywhere); None for an empty response."""
+    code = turn.candidate.code if turn.candidate is not None else None
+    tree = fingerprint(code)
+    if tree is not None:
+        return tree
+    text = " ".join((code if code and code.strip() else turn.response_text or "").split())
+    return "text:" + hashlib.sha256(text.encode()).hexdigest() if text else None
 
 
 def repeated_answers(trajectories: list[Trajectory]) -> set[int]:
@@ -97,7 +106,7 @@ def repeated_answers(trajectories: list[Trajectory]) -> set[int]:
     prints: dict[int, str] = {}
     for trajectory in trajectories:
         for turn in trajectory.turns:
-            fp = fingerprint(_code(turn))
+            fp = answer_print(turn)
             if fp is not None:
                 prints[id(turn)] = fp
                 problems[fp].add(trajectory.problem_key)
@@ -119,7 +128,7 @@ def template_stats(trajectories: list[Trajectory], repeated: set[int]) -> dict[s
             groups[(trajectory.problem_key, turn.index)].append(turn)
     collapsed = sum(
         1 for turns in groups.values()
-        if all(id(t) in repeated for t in turns) and len({fingerprint(_code(t)) for t in turns}) == 1
+        if all(id(t) in repeated for t in turns) and len({answer_print(t) for t in turns}) == 1
     )
     turns = sum(len(turns) for turns in groups.values())
     return {"template_turns": float(len(repeated)), "template_share": len(repeated) / turns if turns else 0.0,

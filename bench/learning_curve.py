@@ -231,7 +231,7 @@ def train_arm(arm: Arm, step: int, trajectories, seed: int) -> dict:
     from kforge.credit.advantages import assign_returns, build_samples
 
     assign_returns(trajectories, arm.cfg.episode.gamma)
-    samples, adv = build_samples(trajectories, arm.cfg.learner)
+    samples, adv = build_samples(trajectories, arm.cfg.learner, arm.cfg.reward)
     if arm.name == "shuffled":
         shuffle_advantages(samples, random.Random(seed * 7919 + step))
     metrics = arm.learner.train_step(samples) if samples else {"skipped": 1.0}

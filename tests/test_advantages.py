@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from kforge.config.schema import LearnerConfig
+from kforge.config.schema import LearnerConfig, RewardConfig
 from kforge.credit.advantages import assign_returns, build_samples, group_advantages
 from kforge.policy.records import Trajectory, Turn
 
@@ -222,7 +222,7 @@ def test_coverage_that_is_never_measured_is_reported_and_warned_about(caplog):
     assert stats["coverage_blind"] == 1.0 and "none of 3 correct GPU verdicts" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="kforge.credit"):
-        _, stats = build_samples(blind, LearnerConfig(loss_fn="dr_grpo"), coverage_scaled_speed=True)
+        _, stats = build_samples(blind, LearnerConfig(loss_fn="dr_grpo"), RewardConfig(coverage_scaled_speed=True))
     assert stats["coverage_blind"] == 1.0 and caplog.text
     # no coverage setting on: reported, not warned about
     _, stats = build_samples(blind, LearnerConfig(loss_fn="dr_grpo"))

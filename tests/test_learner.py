@@ -592,16 +592,16 @@ def test_kl_with_top_p_and_a_token_outside_the_policys_nucleus_still_updates():
 def test_kl_discount_sums_future_log_ratios_not_k3(monkeypatch):
     """The score-function gradient of E[sum log(pi/ref)] weighs a token by the later log ratios, which
     can be negative; k3 values (what was summed before) never are."""
-    import kforge.learner.learner as learner_mod
+    import kforge.learner.losses as losses_mod
 
     seen = []
-    real = learner_mod.discounted_future_sum
+    real = losses_mod.discounted_future_sum
 
     def spy(values, mask, discount):
         seen.append(values.clone())
         return real(values, mask, discount)
 
-    monkeypatch.setattr(learner_mod, "discounted_future_sum", spy)
+    monkeypatch.setattr(losses_mod, "discounted_future_sum", spy)
     learner = Learner(tiny_cfg(kl_coef=0.1, kl_discount=0.9, kl_estimator="k3"), model=tiny_model())
     _perturb_adapter(learner)
     samples = some_samples()

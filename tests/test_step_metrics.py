@@ -99,3 +99,38 @@ def test_untimed_correct_kernels_log_no_fast_1_and_the_dashboard_says_not_measur
             with Dashboard(Console(file=live, width=200, force_terminal=True), "r", 3, "p", live=True) as dash:
                 dash.end_step(1, metrics, 1.0)
             assert "not measured" in live.getvalue()
+
+
+def test_a_penalty_only_stretch_is_said_once_with_the_warm_start_as_the_way_out():
+    """kevin's weights with a model that writes no gradable kernel: format errors score 0, flagged kernels -1,
+    so the only non-zero component is the penalty. Said at the third such step, not again while it lasts;
+    a step with any other credit ends the stretch."""
+    from kforge.config.loader import resolve
+    from kforge.evaluator.verdict import Status, Verdict
+    from kforge.policy.records import Candidate, Trajectory, Turn
+    from kforge.train.metrics import collapse_warnings
+
+    cfg = resolve(preset="kevin").config
+
+    def step_metrics(flagged: int, compiled: int = 0) -> dict:
+        turns = []
+        for i in range(4):
+            verdict = None
+            if i < flagged:
+                verdict = Verdict(status=Status.INCORRECT, trials_passed=0, trials=5, flags=["reference_call"])
+            elif i < flagged + compiled:
+                verdict = Verdict(status=Status.CORRECT, trials_passed=5, trials=5)
+            turns.append(Turn(0, [1], [2] * 5, "", [0.0] * 5, 0, candidate=Candidate("1/1", None), verdict=verdict))
+        trajectories = [Trajectory("1/1", g, turns=[t]) for g, t in enumerate(turns)]
+        score_trajectories(trajectories, cfg.reward, cfg.episode.thinking)
+        return rollout_metrics(trajectories, {"1/1": 1})
+
+    history, said = [], []
+    for step, metrics in enumerate([step_metrics(1), step_metrics(2), step_metrics(1), step_metrics(3),
+                                    step_metrics(1, compiled=1), step_metrics(1), step_metrics(1), step_metrics(2)], 1):
+        for warning in collapse_warnings(history, metrics):
+            if "penalty" in warning:
+                said.append((step, warning))
+        history = (history + [metrics])[-10:]
+    assert [s for s, _ in said] == [3, 8]
+    assert "kforge sft" in said[0][1] and "model.checkpoint" in said[0][1]

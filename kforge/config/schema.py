@@ -151,8 +151,10 @@ class LearnerConfig(Section):
     clip_high: float = Field(0.28, ge=0.0)
     is_clip: float = Field(2.0, gt=0.0, description="truncated importance-sampling cap C")
     kl_coef: float = Field(0.0, ge=0.0)
-    kl_discount: float = Field(0.0, ge=0.0)
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl_discount: float = Field(1.0, ge=0.0, le=1.0, description="discount of the later tokens' log ratios "
+                               "subtracted from a token's advantage (1: the sequence KL's exact gradient with k2)")
+    kl_estimator: Literal["k2", "k3"] = Field("k2", description="KL penalty as a loss: k2 (with kl_discount=1 "
+                                              "its gradient is the sequence KL's) or k3 (low variance, biased)")
     entropy_coef: float = Field(0.0, ge=0.0, description="entropy bonus weight (0.001 in the seed recipe)")
     mismatch_reject_ratio: float | None = Field(
         None, gt=1.0, description="drop sequences whose geometric-mean rollout/learner ratio is outside [1/x, x]"
@@ -164,6 +166,14 @@ class LearnerConfig(Section):
         None, ge=0.0, le=1.0, description="reject samples whose measured kernel coverage is below this"
     )
     call_timeout_s: float = Field(1800.0, gt=0.0, description="deadline of one call to the learner process (a step)")
+
+    @field_validator("kl_estimator", mode="before")
+    @classmethod
+    def _no_k1(cls, value: object) -> object:
+        if value == "k1":
+            raise ValueError("k1 cannot be a KL loss: its expected gradient is 0, it regularises nothing; "
+                             "use k2 (exact with learner.kl_discount=1) or k3")
+        return value
 
 
 class EvaluatorConfig(Section):

@@ -25,7 +25,7 @@ import logging
 import math
 from collections import defaultdict
 
-from kforge.config.schema import LearnerConfig
+from kforge.config.schema import LearnerConfig, RewardConfig
 from kforge.credit.samples import Sample
 from kforge.policy.records import Trajectory, Turn
 
@@ -65,10 +65,12 @@ def uses_std(cfg: LearnerConfig) -> bool:
     return cfg.loss_fn == "grpo" if cfg.normalize_std is None else cfg.normalize_std
 
 
-def group_advantages(returns: list[float], baseline: str, normalize_std: bool) -> list[float]:
+def group_advantages(returns: list[float], baseline: str, normalize_std: bool, correct_score: float = 0.0) -> list[float]:
     """Advantages of one group. ``leave_one_out`` compares each member with the mean of the others;
     a group of one has no baseline to compare with and gets 0. The std is the population std of the
-    group's returns."""
+    group's returns, floored at the std of one ``correct_score`` among n - 1 zeros: a group whose
+    spread is only shaping credit (format, compile) keeps that credit's share of a correct answer's
+    advantage instead of being blown up to it."""
     n = len(returns)
     mean = sum(returns) / n
     if baseline == "mean":
@@ -79,19 +81,23 @@ def group_advantages(returns: list[float], baseline: str, normalize_std: bool) -
         raise ValueError(f"learner.advantage_baseline {baseline!r} is unknown; use mean or leave_one_out")
     if normalize_std:
         std = math.sqrt(sum((r - mean) ** 2 for r in returns) / n)
-        adv = [a / (std + EPS) for a in adv]
+        adv = [a / (max(std, correct_score * math.sqrt(n - 1) / n) + EPS) for a in adv]
     return adv
 
 
 def build_samples(
-    trajectories: list[Trajectory], cfg: LearnerConfig, coverage_scaled_speed: bool = False
+    trajectories: list[Trajectory], cfg: LearnerConfig, reward: RewardConfig | None = None
 ) -> tuple[list[Sample], dict[str, float]]:
     """Samples with advantages (also written to ``turn.advantage``) and group statistics.
 
     Call ``assign_returns`` first. With ``remove_constant_reward_groups``, groups whose returns are
     all equal (no learning signal, only noise through KL and clipping) produce no samples at all.
-    ``coverage_scaled_speed`` (reward.coverage_scaled_speed) only decides whether a blind coverage is warned about.
+    ``reward`` (the run's RewardConfig) gives the score of a correct answer (``correctness_weight``), the
+    floor of a group's std under std normalisation, and whether a blind coverage is warned about
+    (``coverage_scaled_speed``).
     """
+    correct_score = reward.correctness_weight if reward is not None else 0.0
+    coverage_scaled_speed = reward is not None and reward.coverage_scaled_speed
     groups: dict[tuple[str, int], list[Turn]] = defaultdict(list)
     rejected = 0
     for trajectory in trajectories:
@@ -112,7 +118,7 @@ def build_samples(
             for turn in turns:
                 turn.advantage = 0.0
             continue
-        for turn, adv in zip(turns, group_advantages(returns, cfg.advantage_baseline, normalize)):
+        for turn, adv in zip(turns, group_advantages(returns, cfg.advantage_baseline, normalize, correct_score)):
             turn.advantage = adv
             if cfg.drop_truncated and turn.truncated:
                 truncated += 1

@@ -36,6 +36,10 @@ Raw components:
 - ``penalty``: a flagged kernel (any reward-hacking finding) scores ``flagged_penalty`` and nothing
   else: no format, compile or length reward either (Dr. Kernel gives decoy kernels -1).
 
+Templates: an incorrect answer whose code also answered another problem of the step (a fixed module that
+compiles everywhere, e.g. ``2 * x + 1`` on the first input) earns no shaping credit, only the length floor
+(-1): otherwise format and compile credit would pay it on every problem, the cheapest lesson there is.
+
 Ordering guarantee: any correct kernel outranks any incorrect or flagged one, turn by turn (not return by
 return: a discounted return also holds later turns' scores). ``order_margin`` (kforge.config.reward_order)
 computes the worst correct score minus the best incorrect score from the weights alone; the config is
@@ -50,6 +54,7 @@ import math
 from kforge.config.reward_order import SPEED_FLOOR, order_margin, order_problem, speed_range  # noqa: F401 (re-exported)
 from kforge.config.schema import RewardConfig
 from kforge.credit.structure import structure_score
+from kforge.credit.templates import repeated_answers, template_stats
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.records import Trajectory, Turn
 
@@ -102,11 +107,14 @@ def check_order(cfg: RewardConfig, thinking: bool) -> None:
         raise RewardOrderError(problem)
 
 
-def raw_components(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> dict[str, float]:
-    """Every component on its own scale, before the weights (a flagged kernel: all 0, penalty 1)."""
+def raw_components(turn: Turn, reward_cfg: RewardConfig, thinking: bool, template: bool = False) -> dict[str, float]:
+    """Every component on its own scale, before the weights (a flagged kernel: all 0, penalty 1; an
+    incorrect ``template``, an answer also given to another problem: no shaping credit, length at -1)."""
     candidate, verdict = turn.candidate, turn.verdict
     if verdict is not None and verdict.flags:
         return {**dict.fromkeys(COMPONENTS, 0.0), "penalty": 1.0}
+    if template and not (verdict is not None and verdict.correct):
+        return {**dict.fromkeys(COMPONENTS, 0.0), "length": -1.0}
     if verdict is not None and verdict.status is Status.CORRECT:
         structure = 1.0
     elif candidate is not None:
@@ -137,10 +145,11 @@ def raw_components(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> dict
     }
 
 
-def score_turn(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> tuple[float, dict[str, float]]:
+def score_turn(turn: Turn, reward_cfg: RewardConfig, thinking: bool,
+               template: bool = False) -> tuple[float, dict[str, float]]:
     """The turn score s_t and its weighted components (which sum to it)."""
     check_order(reward_cfg, thinking)  # a handful of float operations: cheaper than caching by config
-    raw = raw_components(turn, reward_cfg, thinking)
+    raw = raw_components(turn, reward_cfg, thinking, template)
     weights = {
         "format": reward_cfg.format_weight,
         "compile": reward_cfg.compile_weight,
@@ -154,9 +163,13 @@ def score_turn(turn: Turn, reward_cfg: RewardConfig, thinking: bool) -> tuple[fl
     return sum(weighted.values()), weighted
 
 
-def score_trajectories(trajectories: list[Trajectory], reward_cfg: RewardConfig, thinking: bool) -> None:
+def score_trajectories(trajectories: list[Trajectory], reward_cfg: RewardConfig, thinking: bool) -> dict[str, float]:
     """Write every turn's score and its components from its verdict: the one writer of `Turn.score` (the
-    episode only records verdicts)."""
+    episode only records verdicts). The trajectories are one step's: an incorrect answer that also
+    answered another of its problems is a template (``kforge.credit.templates``). Returns the template
+    statistics."""
+    templates = repeated_answers(trajectories)
     for trajectory in trajectories:
         for turn in trajectory.turns:
-            turn.score, turn.reward_components = score_turn(turn, reward_cfg, thinking)
+            turn.score, turn.reward_components = score_turn(turn, reward_cfg, thinking, id(turn) in templates)
+    return template_stats(trajectories, templates)

@@ -57,15 +57,7 @@ from kforge.learner.lora import (
     release_memory,
     trainable_parameters,
 )
-from kforge.learner.losses import (
-    aggregate,
-    discounted_future_sum,
-    kl_estimate,
-    kl_log_ratio,
-    mismatch_rejected,
-    reduction_for,
-    token_loss,
-)
+from kforge.learner.losses import aggregate, mismatch_rejected, reduction_for, regularised_token_loss
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
 from kforge.learner.sums import METRIC_KEYS, Done, Sums, step_metrics
@@ -263,20 +255,12 @@ class Learner:
         # Rejected sequences add nothing; the normaliser (totals) still counts them.
         keep = mask & ~rejected.unsqueeze(-1)
 
-        advantages = batch.advantages
-        kl = torch.zeros_like(logp)
-        if ref is not None:
-            kl = kl_estimate(logp, ref, lc.kl_estimator)
-            if lc.kl_discount > 0:
-                future = discounted_future_sum(kl_log_ratio(logp, ref), mask, lc.kl_discount)
-                advantages = advantages - lc.kl_coef * future
-        tl = token_loss(
-            lc.loss_fn, logp, old_lp, rollout, advantages,
+        tl, kl = regularised_token_loss(
+            lc.loss_fn, logp, old_lp, rollout, batch.advantages, mask, ref,
+            kl_coef=lc.kl_coef, kl_estimator=lc.kl_estimator, kl_discount=lc.kl_discount,
             clip_low=lc.clip_low, clip_high=lc.clip_high, is_clip=lc.is_clip,
         )
         loss = aggregate(tl.loss, keep, mode, **totals)
-        if ref is not None:
-            loss = loss + lc.kl_coef * aggregate(kl, keep, mode, **totals)
         if lc.entropy_coef > 0:
             loss = loss - lc.entropy_coef * aggregate(entropy, keep, mode, **totals)
         grads = list(torch.autograd.grad(loss, self.params, allow_unused=True)) if loss.requires_grad else [None] * len(self.params)

@@ -158,16 +158,66 @@ def aggregate(
 
 
 def kl_estimate(logp: Tensor, ref: Tensor, estimator: str) -> Tensor:
-    """Per-token estimate of KL(policy || reference) from samples of the policy.
-    k1 = log(pi/ref) (unbiased, noisy, can be negative); k3 = ref/pi - log(ref/pi) - 1 (>= 0, low variance).
-    The log ratio is bounded (``MAX_LOG_RATIO``): with top-k/top-p a sampled token can lie outside the
-    policy's or the reference's truncated set (log-prob floored at -1e4), and exp(1e4) is inf."""
+    """Per-token estimate of KL(policy || reference) from samples of the policy: the value, for the log.
+    k1 = log(pi/ref) (unbiased, noisy, can be negative); k2 = (log(pi/ref))^2 / 2; k3 = ref/pi - log(ref/pi) - 1
+    (>= 0, unbiased, low variance). The log ratio is bounded (``MAX_LOG_RATIO``): with top-k/top-p a sampled
+    token can lie outside the policy's or the reference's truncated set (log-prob floored at -1e4), and
+    exp(1e4) is inf."""
     log_ratio = bounded(ref.detach() - logp)
     if estimator == "k1":
         return -log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio * log_ratio
     if estimator == "k3":
         return torch.exp(log_ratio) - log_ratio - 1.0
-    raise ValueError(f"learner.kl_estimator {estimator!r} is unknown; use k1 or k3")
+    raise ValueError(f"learner.kl_estimator {estimator!r} is unknown; use k2 or k3")
+
+
+# What a KL estimator is worth as a loss: its expected gradient under the policy's own samples.
+#   k1: E[grad log pi] = 0, so it regularises nothing (and with kl_discount it points against the KL).
+#   k2: r_t grad log pi_t with r = log(pi/ref): the own-token part of the sequence KL's gradient; with the
+#       later tokens' log ratios added to the advantage (kl_discount = 1) the sum is exact.
+#   k3: (1 - ref/pi) grad log pi_t: close to k2 near the reference, biased further away.
+KL_LOSSES = ("k2", "k3")
+
+
+def kl_loss(logp: Tensor, ref: Tensor, estimator: str, weight: Tensor) -> Tensor:
+    """Per-token KL penalty to add to the policy loss, weighted like the policy term by the (detached)
+    importance weight ``weight``: the tokens were drawn by the rollout engine, not by the policy."""
+    if estimator not in KL_LOSSES:
+        raise ValueError(f"learner.kl_estimator {estimator!r} cannot be a loss: k1's expected gradient is 0 "
+                         "(it regularises nothing); use k2 (exact with learner.kl_discount=1) or k3")
+    value = kl_estimate(logp, ref, estimator)
+    return torch.where(weight > 0, weight.detach() * value, torch.zeros_like(value))
+
+
+def regularised_token_loss(
+    loss_fn: str,
+    logp: Tensor,
+    old: Tensor,
+    rollout: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    ref: Tensor | None,
+    *,
+    kl_coef: float,
+    kl_estimator: str,
+    kl_discount: float,
+    clip_low: float,
+    clip_high: float,
+    is_clip: float,
+) -> tuple[TokenLoss, Tensor]:
+    """The policy loss plus ``kl_coef`` x the KL penalty per token (its ``loss``), and the per-token k3 KL
+    estimate for the log (zeros without a reference). With ``kl_discount`` a token's advantage also loses
+    ``kl_coef`` x the discounted later log ratios (``discounted_future_sum``)."""
+    kl = torch.zeros_like(logp)
+    if ref is not None and kl_coef > 0 and kl_discount > 0:
+        advantages = advantages - kl_coef * discounted_future_sum(kl_log_ratio(logp, ref), mask, kl_discount)
+    tl = token_loss(loss_fn, logp, old, rollout, advantages, clip_low=clip_low, clip_high=clip_high, is_clip=is_clip)
+    if ref is not None and kl_coef > 0:
+        tl.loss = tl.loss + kl_coef * kl_loss(logp, ref, kl_estimator, tl.is_weight)
+        kl = kl_estimate(logp.detach(), ref, "k3")
+    return tl, kl
 
 
 def kl_log_ratio(logp: Tensor, ref: Tensor) -> Tensor:

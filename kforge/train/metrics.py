@@ -137,7 +137,29 @@ def collapse_warnings(history: list[dict[str, Any]], current: dict[str, Any]) ->
         warnings.append("no response had a parsable <KERNEL> block")
     if current.get("advantage/coverage_blind", 0.0):
         warnings.append("a coverage setting is on but no correct GPU verdict had a measured coverage")
+    collapsed = int(current.get("advantage/template_collapsed_groups", 0.0))
+    if collapsed:
+        warnings.append(f"{collapsed} group(s) collapsed to one answer that was also given to other problems "
+                        f"({current.get('advantage/template_share', 0.0):.0%} of answers are such templates): "
+                        "a template earns no format or compile credit")
+    if penalty_only(current) and len(history) >= PENALTY_ONLY_STEPS - 1 \
+            and all(penalty_only(h) for h in history[-(PENALTY_ONLY_STEPS - 1):]) \
+            and not (len(history) >= PENALTY_ONLY_STEPS and penalty_only(history[-PENALTY_ONLY_STEPS])):
+        warnings.append(f"for {PENALTY_ONLY_STEPS} steps the only non-zero reward was the flagged-kernel penalty: the "
+                        "model writes no kernel the reward can grade, so all it can learn is to avoid flagged code; "
+                        "warm-start it on correct kernels first (`kforge sft`, then model.checkpoint=ADAPTER_DIR)")
     return warnings
+
+
+# Steps in a row with only the penalty before that is said (once per such stretch).
+PENALTY_ONLY_STEPS = 3
+
+
+def penalty_only(metrics: dict[str, Any]) -> bool:
+    """The step's only non-zero reward component was the flagged-kernel penalty."""
+    components = {k: v for k, v in metrics.items() if k.startswith("reward_component/")}
+    return bool(components.get("reward_component/penalty")) and all(
+        v == 0.0 for k, v in components.items() if k != "reward_component/penalty")
 
 
 class MetricSinks:

@@ -275,9 +275,10 @@ class Trainer:
         from kforge.credit.advantages import assign_returns, build_samples
         from kforge.credit.rewards import score_trajectories
 
-        score_trajectories(trajectories, self.cfg.reward, self.cfg.episode.thinking)  # the turns' only scorer
+        templates = score_trajectories(trajectories, self.cfg.reward, self.cfg.episode.thinking)  # the only scorer
         assign_returns(trajectories, self.cfg.episode.gamma)
-        return build_samples(trajectories, self.cfg.learner, self.cfg.reward.coverage_scaled_speed)
+        samples, stats = build_samples(trajectories, self.cfg.learner, self.cfg.reward)
+        return samples, {**stats, **templates}
 
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         t0 = time.time()

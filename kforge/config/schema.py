@@ -135,6 +135,8 @@ class LearnerConfig(Section):
     advantage_baseline: Literal["mean", "leave_one_out"] = "mean"
     normalize_std: bool | None = Field(None, description="None = by loss: grpo yes, dr_grpo no")
     remove_constant_reward_groups: bool = True
+    shuffle_advantages: bool = Field(False, description="control run: permute each step's advantages across all "
+                                     "its samples before the update (same step sizes, no tie to the reward)")
     drop_truncated: bool = Field(False, description="leave responses cut at rollout.max_tokens out of the loss "
                                  "(they still count in their group's advantage baseline)")
     clip_low: float = Field(0.2, ge=0.0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections import defaultdict
 
 from kforge.config.schema import LearnerConfig
@@ -84,13 +85,14 @@ def group_advantages(returns: list[float], baseline: str, normalize_std: bool) -
 
 
 def build_samples(
-    trajectories: list[Trajectory], cfg: LearnerConfig, coverage_scaled_speed: bool = False
+    trajectories: list[Trajectory], cfg: LearnerConfig, coverage_scaled_speed: bool = False, seed: int = 0
 ) -> tuple[list[Sample], dict[str, float]]:
     """Samples with advantages (also written to ``turn.advantage``) and group statistics.
 
     Call ``assign_returns`` first. With ``remove_constant_reward_groups``, groups whose returns are
     all equal (no learning signal, only noise through KL and clipping) produce no samples at all.
     ``coverage_scaled_speed`` (reward.coverage_scaled_speed) only decides whether a blind coverage is warned about.
+    With ``shuffle_advantages`` the advantages are permuted across the samples by ``seed`` (the step's).
     """
     groups: dict[tuple[str, int], list[Turn]] = defaultdict(list)
     rejected = 0
@@ -104,6 +106,7 @@ def build_samples(
 
     normalize = uses_std(cfg)
     samples: list[Sample] = []
+    owners: list[Turn] = []
     dropped = truncated = 0
     for (problem_key, turn_index), turns in groups.items():
         returns = [t.return_ for t in turns]
@@ -128,6 +131,9 @@ def build_samples(
                     turn_index=turn_index,
                 )
             )
+            owners.append(turn)
+    if cfg.shuffle_advantages:
+        shuffle_advantages(samples, owners, seed)
 
     all_returns = [t.return_ for turns in groups.values() for t in turns]
     advs = [s.advantage for s in samples]
@@ -152,6 +158,16 @@ def build_samples(
                     "verdicts has a measured coverage: the setting has no effect; check the profiler",
                     int(stats["coverage_gpu_correct"]))
     return samples, stats
+
+
+def shuffle_advantages(samples: list[Sample], owners: list[Turn], seed: int) -> None:
+    """The shuffled control: the same advantage values (so updates as large and as many as the real run's)
+    given to other samples, across problems and turns, so that no update follows the reward. The turns'
+    records get the values their samples trained with, so a transcript shows what was learnt from."""
+    values = [s.advantage for s in samples]
+    random.Random(seed).shuffle(values)
+    for sample, turn, value in zip(samples, owners, values):
+        sample.advantage = turn.advantage = value
 
 
 def _mean(xs: list[float]) -> float:

@@ -275,7 +275,8 @@ class Trainer:
 
         score_trajectories(trajectories, self.cfg.reward, self.cfg.episode.thinking)  # the turns' only scorer
         assign_returns(trajectories, self.cfg.episode.gamma)
-        return build_samples(trajectories, self.cfg.learner, self.cfg.reward.coverage_scaled_speed)
+        return build_samples(trajectories, self.cfg.learner, self.cfg.reward.coverage_scaled_speed,
+                             seed=step_seed(self.cfg.dataset.seed, self.step + 1, "shuffle"))
 
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         t0 = time.time()

@@ -123,7 +123,8 @@ class RewardConfig(Section):
 
 
 class LearnerConfig(Section):
-    loss_fn: Literal["importance_sampling", "ppo", "grpo", "dr_grpo"] = "dr_grpo"
+    loss_fn: Literal["importance_sampling", "ppo", "grpo", "dr_grpo", "nll"] = Field(
+        "dr_grpo", description="nll = -advantage x log-prob, no ratio (what `kforge sft` trains with, advantage 1)")
     learning_rate: float = Field(2e-5, ge=0.0, description="0 = a control run that never moves the weights")
     weight_decay: float = 0.0
     warmup_steps: int = Field(5, ge=0)

@@ -11,7 +11,7 @@ reward? Everything runs through the `kforge` commands themselves (subprocesses),
    side by side from the same adapter on the training problems with the same per-step sampling seeds:
    `real`, `shuffled` (learner.shuffle_advantages=true) and `control` (learner.learning_rate=0);
 4. the tests, declared here before any run: (a) per step, `rate/correct` of real minus shuffled, one-sided
-   paired t-test over the steps, p < 0.05 (the same against control is printed too); (b) `kforge eval` of
+   paired t-test over the steps from step 2 on (step 1 samples the same warm start in every arm), p < 0.05 (the same against control is printed too); (b) `kforge eval` of
    real's last checkpoint against the warm-start adapter on the held-out problems (never trained on), correct
    samples stratified by problem, one-sided Cochran-Mantel-Haenszel test.
 
@@ -316,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
             finish({arm: procs.pop(arm)}, logs)
     finish(procs, logs)
     curves = {arm: curve(runs_dir / arm) for arm in ARMS}
-    steps = sorted(set.intersection(*(set(c) for c in curves.values())))
-    print(table([["step", *ARMS]] + [[str(s), *(f"{curves[a][s]:.3f}" for a in ARMS)] for s in steps]), flush=True)
+    shown = sorted(set.intersection(*(set(c) for c in curves.values())))
+    print(table([["step", *ARMS]] + [[str(s), *(f"{curves[a][s]:.3f}" for a in ARMS)] for s in shown]), flush=True)
+    steps = [s for s in shown if s > 1]  # step 1 samples the same warm start in every arm: no update yet
     vs_shuffled = paired_test([curves["real"][s] for s in steps], [curves["shuffled"][s] for s in steps])
     vs_control = paired_test([curves["real"][s] for s in steps], [curves["control"][s] for s in steps])
 

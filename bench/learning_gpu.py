@@ -78,8 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--eval-samples", type=int, default=16)
     ap.add_argument("--gpu-mem", type=float, default=0.12, help="rollout.gpu_memory_utilization of each engine")
-    ap.add_argument("--stagger-s", type=float, default=20.0, help="seconds between the starts of the three runs "
-                    "(engines profiling memory at the same moment misread each other's use)")
+    ap.add_argument("--stagger-s", type=float, default=120.0, help="longest wait for one run's engine to be up "
+                    "before the next run starts (vLLM misreads memory another process frees while it starts)")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -177,6 +177,44 @@ def finish(procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
         if rc != 0:
             tail = logs[name].read_text(errors="replace").splitlines()[-15:]
             raise SystemExit(f"kforge {name} failed (exit {rc}); last lines of {logs[name]}:\n" + "\n".join(tail))
+
+
+def started(run_dir: Path) -> bool:
+    """The run's engine is up and its first step began (the trainer says `running` after the first adapter
+    sync); a run that failed before that can be started again under the same name."""
+    try:
+        return json.loads((run_dir / "status.json").read_text()).get("status") in ("running", "finished")
+    except (OSError, ValueError):
+        return False
+
+
+def side_by_side(argvs: dict[str, list[str]], logs: dict[str, Path], runs_dir: Path, stagger_s: float,
+                 tries: int = 3) -> None:
+    """The runs on one GPU at once. vLLM measures its memory at start from the device's free memory and
+    refuses to start when another process freed memory meanwhile (an evaluation child exiting, another
+    engine's profiling pass): each run starts once the one before it is up (or `stagger_s` passed), and a
+    run that failed before its first step is started again."""
+    procs: dict[str, subprocess.Popen] = {}
+    for arm, argv in argvs.items():
+        for attempt in range(1, tries + 1):
+            procs[arm] = start(argv, logs[arm] if attempt == 1 else logs[arm].with_suffix(f".{attempt}.out"))
+            t0 = time.time()
+            while procs[arm].poll() is None and not started(runs_dir / arm) and time.time() - t0 < stagger_s:
+                time.sleep(2)
+            if procs[arm].poll() is None or procs[arm].returncode == 0:
+                break
+            say(f"   {arm} failed before its first step (exit {procs[arm].returncode}); starting it again")
+    for arm, proc in procs.items():
+        while proc.poll() is None:
+            time.sleep(5)
+        if proc.returncode != 0 and not (runs_dir / arm / "metrics.jsonl").is_file():
+            for attempt in range(2, tries + 1):  # it died during start while the others ran: once more alone
+                say(f"   {arm} failed before its first step; starting it again")
+                proc = procs[arm] = start(argvs[arm], logs[arm].with_suffix(f".{attempt}.out"))
+                if proc.wait() == 0 or (runs_dir / arm / "metrics.jsonl").is_file():
+                    break
+        if proc.returncode != 0:
+            raise SystemExit(f"kforge train {arm} failed (exit {proc.returncode}); see {logs[arm].parent}")
 
 
 def run(name: str, argv: list[str], out: Path) -> None:
@@ -301,20 +339,18 @@ def main(argv: list[str] | None = None) -> int:
 
     say(f"3. three runs x {args.steps} steps, {len(train_keys)} problems x {args.group} samples per step")
     runs_dir = args.out / "runs"
-    procs, logs = {}, {}
-    for i, (arm, extra) in enumerate(ARMS.items()):
-        if i and not args.cpu:
-            time.sleep(args.stagger_s)
-        logs[arm] = args.out / "logs" / f"{arm}.out"
-        argv_ = ["train", *base, "--plain", "--runs-dir", str(runs_dir), "--name", arm, "--max-steps", str(args.steps),
-                 *shared, f"model.checkpoint={warm}", f"dataset.problems={listed(train_keys)}",
-                 "dataset.test_fraction=0", f"dataset.batch_size={len(train_keys)}", f"dataset.group_size={args.group}",
-                 f"dataset.epochs={args.steps}", f"learner.learning_rate={args.lr}", "learner.warmup_steps=0",
-                 "log.save_every=0", "log.eval_every=0", "log.tensorboard=false", *extra]
-        procs[arm] = start(argv_, logs[arm])
-        if args.cpu:  # one at a time: three models on two cores only slow each other
-            finish({arm: procs.pop(arm)}, logs)
-    finish(procs, logs)
+    argvs = {arm: ["train", *base, "--plain", "--runs-dir", str(runs_dir), "--name", arm, "--max-steps", str(args.steps),
+                   *shared, f"model.checkpoint={warm}", f"dataset.problems={listed(train_keys)}",
+                   "dataset.test_fraction=0", f"dataset.batch_size={len(train_keys)}",
+                   f"dataset.group_size={args.group}", f"dataset.epochs={args.steps}", f"learner.learning_rate={args.lr}",
+                   "learner.warmup_steps=0", "log.save_every=0", "log.eval_every=0", "log.tensorboard=false", *extra]
+             for arm, extra in ARMS.items()}
+    logs = {arm: args.out / "logs" / f"{arm}.out" for arm in ARMS}
+    if args.cpu:  # one at a time: three models on two cores only slow each other
+        for arm in ARMS:
+            finish({arm: start(argvs[arm], logs[arm])}, logs)
+    else:
+        side_by_side(argvs, logs, runs_dir, args.stagger_s)
     curves = {arm: curve(runs_dir / arm) for arm in ARMS}
     shown = sorted(set.intersection(*(set(c) for c in curves.values())))
     print(table([["step", *ARMS]] + [[str(s), *(f"{curves[a][s]:.3f}" for a in ARMS)] for s in shown]), flush=True)
@@ -325,17 +361,24 @@ def main(argv: list[str] | None = None) -> int:
     say(f"4. held out: real's last checkpoint against the warm start, {args.eval_samples} samples per problem")
     ev = {"real": args.out / "eval_real.json", "warm": args.out / "eval_warm.json"}
     targets = {"real": [str(runs_dir / "real"), "--split", "test"], "warm": [str(warm), *base, "--split", "all"]}
-    procs, logs = {}, {}
-    for name, target in targets.items():
-        logs[name] = args.out / "logs" / f"eval_{name}.out"
-        argv_ = ["eval", *target, "--samples", str(args.eval_samples), "--turns", "1", "--out", str(ev[name]),
-                 *shared, f"dataset.problems={listed(heldout_keys)}"]
-        procs[name] = start(argv_, logs[name])
+    argvs = {name: ["eval", *target, "--samples", str(args.eval_samples), "--turns", "1", "--out", str(ev[name]),
+                    *shared, f"dataset.problems={listed(heldout_keys)}"] for name, target in targets.items()}
+    logs = {name: args.out / "logs" / f"eval_{name}.out" for name in targets}
+    procs = {}
+    for name in targets:
+        procs[name] = start(argvs[name], logs[name])
         if args.cpu:
             finish({name: procs.pop(name)}, logs)
-        elif name == "real":
-            time.sleep(args.stagger_s)
-    finish(procs, logs)
+        else:
+            time.sleep(15)  # not two engines measuring memory at the same moment
+    for name, proc in procs.items():  # one that failed (an engine start disturbed by the other) again, alone
+        for attempt in range(2, 4):
+            if proc.wait() == 0:
+                break
+            say(f"   eval {name} failed (exit {proc.returncode}); again, alone")
+            proc = start(argvs[name] + (["--resume"] if ev[name].exists() else []), logs[name].with_suffix(f".{attempt}.out"))
+        if proc.returncode != 0:
+            raise SystemExit(f"kforge eval {name} failed (exit {proc.returncode}); see {logs[name].parent}")
     held = {name: per_problem(path) for name, path in ev.items()}
     tables = [(*held["real"].get(k, (0, 0)), *held["warm"].get(k, (0, 0))) for k in heldout_keys]
     cmh = cmh_greater(tables)

@@ -67,17 +67,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-problems", default=None, help="comma-separated keys of the warm-start set (default: all four)")
     ap.add_argument("--sft-epochs", type=int, default=8)
     ap.add_argument("--sft-lr", type=float, default=5e-4)
-    ap.add_argument("--gate-samples", type=int, default=16)
+    ap.add_argument("--gate-samples", type=int, default=12)
     ap.add_argument("--gate-low", type=float, default=0.03)
     ap.add_argument("--gate-high", type=float, default=0.90)
     ap.add_argument("--min-problems", type=int, default=4)
     ap.add_argument("--heldout-share", type=float, default=0.4, help="share of the survivors held out (at least one)")
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--group", type=int, default=8, help="samples per problem per step")
     ap.add_argument("--lr", type=float, default=2e-4, help="learning rate of real and shuffled")
     ap.add_argument("--max-tokens", type=int, default=512)
-    ap.add_argument("--eval-samples", type=int, default=16)
+    ap.add_argument("--eval-samples", type=int, default=12)
     ap.add_argument("--gpu-mem", type=float, default=0.12, help="rollout.gpu_memory_utilization of each engine")
+    ap.add_argument("--workers", type=int, default=8, help="evaluator.workers_per_gpu of the gate and the final evals "
+                    "(each of the three runs gets half)")
     ap.add_argument("--stagger-s", type=float, default=120.0, help="longest wait for one run's engine to be up "
                     "before the next run starts (vLLM misreads memory another process frees while it starts)")
     ap.add_argument("--seed", type=int, default=0)
@@ -153,7 +155,8 @@ def common(args: argparse.Namespace, source: Path) -> list[str]:
     if args.cpu:
         return out + ["rollout.backend=hf"]
     return out + ["model.dtype=bfloat16", "rollout.backend=vllm", f"rollout.gpu_memory_utilization={args.gpu_mem}",
-                  "rollout.enforce_eager=true", "evaluator.workers_per_gpu=4", "learner.micro_batch_tokens=16384"]
+                  "rollout.enforce_eager=true", f"evaluator.workers_per_gpu={args.workers}",
+                  "learner.micro_batch_tokens=16384"]
 
 
 def listed(keys: list[str]) -> str:
@@ -180,8 +183,14 @@ def finish(procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
 
 
 def started(run_dir: Path) -> bool:
-    """The run's engine is up and its first step began (the trainer says `running` after the first adapter
-    sync); a run that failed before that can be started again under the same name."""
+    """The run's engine has measured its memory (vLLM logs its KV cache size then) or the run is past its
+    start (the trainer says `running` after the first adapter sync). A run that failed before its first step
+    can be started again under the same name."""
+    try:
+        if "kv cache" in (run_dir / "rollout.log").read_text(errors="replace").lower():
+            return True
+    except OSError:
+        pass
     try:
         return json.loads((run_dir / "status.json").read_text()).get("status") in ("running", "finished")
     except (OSError, ValueError):
@@ -343,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                    *shared, f"model.checkpoint={warm}", f"dataset.problems={listed(train_keys)}",
                    "dataset.test_fraction=0", f"dataset.batch_size={len(train_keys)}",
                    f"dataset.group_size={args.group}", f"dataset.epochs={args.steps}", f"learner.learning_rate={args.lr}",
-                   "learner.warmup_steps=0", "log.save_every=0", "log.eval_every=0", "log.tensorboard=false", *extra]
+                   "learner.warmup_steps=0", "log.save_every=0", "log.eval_every=0", "log.tensorboard=false",
+                   f"evaluator.workers_per_gpu={max(1, args.workers // 2)}", *extra]
              for arm, extra in ARMS.items()}
     logs = {arm: args.out / "logs" / f"{arm}.out" for arm in ARMS}
     if args.cpu:  # one at a time: three models on two cores only slow each other

@@ -146,3 +146,60 @@ def test_sft_on_the_built_in_solutions_writes_an_adapter_that_eval_and_train_loa
     for key, value in saved.items():
         match = [v for k, v in state.items() if k.replace(".default", "") == key]
         assert len(match) == 1 and torch.equal(match[0], value), key
+
+
+class _Replying:
+    """Stands in for the rollout engine at its edge: records the prompt ids it is sent and answers with the
+    warm start's answer text for that problem, tokenised with the real tokenizer."""
+
+    def __init__(self, tokenizer, replies: dict[str, str]):
+        self.tokenizer, self.replies, self.prompts = tokenizer, replies, []
+
+    async def agenerate(self, requests, on_completion=None):
+        from kforge.rollout.base import Completion
+
+        outs = []
+        for i, r in enumerate(requests):
+            self.prompts.append(list(r.prompt_ids))
+            task = self.tokenizer.decode(r.prompt_ids).split("## Your task")[-1]  # not a worked example's code
+            text = next(v for k, v in self.replies.items() if k in task)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            outs.append(Completion(ids, text, [-0.5] * len(ids), "stop"))
+            if on_completion is not None:
+                on_completion(i, outs[-1])
+        return outs
+
+
+@pytest.mark.parametrize("overrides", [[], ["dataset.prompt_option=one_shot", "episode.thinking=true",
+                                            "reward.thinking_weight=0"], ["dataset.prompt_option=compact"]])
+def test_pairs_are_prompted_as_train_prompts_and_answered_as_the_parser_reads(overrides):
+    """The warm start trains on the very prompt ids a training episode's first turn sends, and an answer
+    the parser of that episode reads back as the solution."""
+    import asyncio
+
+    from kforge.evaluator.verdict import Status, Verdict
+    from kforge.modelio import load_tokenizer, resolve_model
+    from kforge.policy.episode import run_episodes
+    from kforge.policy.prompts import PromptBuilder
+
+    cfg = resolve("tiny", None, overrides + ["episode.mode=single_turn"]).config
+    tokenizer = load_tokenizer(resolve_model(cfg.model.name))
+    pairs, _ = warm.default_pairs(warm.held_out_problems(cfg))
+    pairs = pairs[:2]
+    samples, skipped = warm.to_samples(pairs, PromptBuilder.from_config(cfg, tokenizer), cfg, tokenizer.eos_token_id)
+    assert skipped == 0 and len(samples) == 2
+
+    seen: dict[str, str] = {}
+
+    async def evaluate(problem, code, backend):
+        seen[problem.key] = code
+        return Verdict(Status.CORRECT, trials_passed=2, trials=2)
+
+    backend = _Replying(tokenizer, {p.problem.code.strip(): warm.answer_text(p.code, cfg.episode.thinking) for p in pairs})
+    asyncio.run(run_episodes([(p.problem, 0) for p in pairs], backend, PromptBuilder.from_config(cfg, tokenizer),
+                             evaluate, cfg, 0))
+    assert backend.prompts == [s.prompt_ids for s in samples]
+    assert seen == {p.problem.key: p.code.strip() for p in pairs}
+    for s, p in zip(samples, pairs):
+        assert s.response_ids[-1] == tokenizer.eos_token_id and s.advantage == 1.0
+        assert tokenizer.decode(s.response_ids[:-1]) == warm.answer_text(p.code, cfg.episode.thinking)

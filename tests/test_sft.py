@@ -203,3 +203,15 @@ def test_pairs_are_prompted_as_train_prompts_and_answered_as_the_parser_reads(ov
     for s, p in zip(samples, pairs):
         assert s.response_ids[-1] == tokenizer.eos_token_id and s.advantage == 1.0
         assert tokenizer.decode(s.response_ids[:-1]) == warm.answer_text(p.code, cfg.episode.thinking)
+
+
+def test_holdout_keeps_a_problem_s_pairs_together_and_needs_two_problems():
+    pairs, _ = warm.default_pairs([])
+    twice = pairs + [warm.Pair(p.problem, p.code + "\n# again", "x") for p in pairs]
+    train, held = warm.split_pairs(twice, 0.25, seed=0)
+    assert held and train and len(train) + len(held) == len(twice)
+    assert not {p.problem.key for p in train} & {p.problem.key for p in held}
+    assert len({p.problem.key for p in held}) == round(len(pairs) * 0.25)
+    assert {p.problem.key for p in held} == {p.problem.key for p in warm.split_pairs(list(reversed(twice)), 0.25, 0)[1]}
+    with pytest.raises(warm.SftError, match="one problem"):
+        warm.split_pairs(pairs[:1], 0.5, seed=0)

@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             say(f"   eval {name} failed (exit {proc.returncode}); again, alone")
             proc = start(argvs[name] + (["--resume"] if ev[name].exists() else []), logs[name].with_suffix(f".{attempt}.out"))
-        if proc.returncode != 0:
+        if proc.wait() != 0:
             raise SystemExit(f"kforge eval {name} failed (exit {proc.returncode}); see {logs[name].parent}")
     held = {name: per_problem(path) for name, path in ev.items()}
     tables = [(*held["real"].get(k, (0, 0)), *held["warm"].get(k, (0, 0))) for k in heldout_keys]

@@ -89,3 +89,35 @@ def test_every_command_resolves_and_its_reward_ranks_correct_first(arm: str, tmp
     r = cfg.reward
     # an incorrect kernel's best (format, compile, full partial credit) stays far below a correct one's worst
     assert r.format_weight + r.compile_weight + r.partial_credit * r.correctness_weight < 0.5 * r.correctness_weight
+
+
+def test_a_run_whose_start_failed_is_started_again_and_a_later_failure_stops_the_bench(tmp_path: Path, monkeypatch):
+    """side_by_side with each `kforge train` replaced by a small script: `shuffled` fails at its first start
+    (as an engine start disturbed by another process), `control` fails after its first step."""
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    calls: list[str] = []
+
+    def fake_start(argv, log):
+        arm = argv[0]
+        calls.append(arm)
+        d = runs / arm
+        script = (f"import json, pathlib, time; d = pathlib.Path({str(d)!r}); d.mkdir(parents=True, exist_ok=True); "
+                  "(d / 'status.json').write_text(json.dumps({'status': 'running'})); time.sleep(0.2); ")
+        if arm == "shuffled" and calls.count(arm) == 1:
+            script = "import sys; sys.exit(1)"
+        elif arm == "control":
+            script += "(d / 'metrics.jsonl').write_text('{}\\n'); raise SystemExit(1)"
+        else:
+            script += "(d / 'metrics.jsonl').write_text('{}\\n')"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        return subprocess.Popen([sys.executable, "-c", script])
+
+    monkeypatch.setattr(lg, "start", fake_start)
+    monkeypatch.setattr(lg.time, "sleep", lambda s: None if s > 1 else __import__("time").sleep(0.05))
+    logs = {arm: tmp_path / "logs" / f"{arm}.out" for arm in lg.ARMS}
+    with pytest.raises(SystemExit, match="train control failed"):
+        lg.side_by_side({arm: [arm] for arm in lg.ARMS}, logs, runs, stagger_s=5.0)
+    assert calls == ["real", "shuffled", "shuffled", "control"]  # control failed after a step: not redone

@@ -23,7 +23,7 @@ logs/*.out, eval_real.json, eval_warm.json, curve.png (if matplotlib), results.j
 holds.
 
     python bench/learning_gpu.py --out /tmp/lg                                 # GPU, vLLM, ~15 min on one H200
-    python bench/learning_gpu.py --cpu --out /tmp/lg-cpu --steps 1 --group 2 \\
+    python bench/learning_gpu.py --cpu --out /tmp/lg-cpu --steps 2 --group 2 --family 1/20,1/22,1/25 \\
         --gate-samples 2 --gate-low 0 --gate-high 1 --min-problems 2 --eval-samples 1 --max-tokens 16 \\
         --sft-epochs 1 --sft-problems 1/1                                     # CPU plumbing, toy size
 """
@@ -65,6 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rows", type=int, default=16, help="batch_size of the shrunk KernelBench inputs")
     ap.add_argument("--dim", type=int, default=16384, help="dim of the shrunk KernelBench inputs")
     ap.add_argument("--sft-problems", default=None, help="comma-separated keys of the warm-start set (default: all four)")
+    ap.add_argument("--family", default=None, help="only these problems of the family (comma-separated keys, e.g. "
+                    "1/20,1/22): a smaller gate")
     ap.add_argument("--sft-epochs", type=int, default=12)
     ap.add_argument("--sft-lr", type=float, default=1e-3)
     ap.add_argument("--gate-samples", type=int, default=12)
@@ -137,6 +139,12 @@ def write_problems(args: argparse.Namespace) -> tuple[Path, Path, list[str], lis
             rows.append({"level": 1, "problem_id": p.problem_id, "name": p.name, "code": p.code})
             family.append(p.key)
         say(f"family: built-in {', '.join(FAMILY_BUILTIN)} (no KernelBench file found)")
+    if args.family:
+        wanted = [k.strip() for k in args.family.split(",") if k.strip()]
+        unknown = sorted(set(wanted) - set(family))
+        if unknown:
+            raise SystemExit(f"--family {args.family}: {', '.join(unknown)} not in the family ({', '.join(family)})")
+        family = [k for k in family if k in wanted]
     args.out.mkdir(parents=True, exist_ok=True)
     problems, pairs_file = args.out / "family.jsonl", args.out / "pairs.jsonl"
     problems.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -121,3 +121,12 @@ def test_a_run_whose_start_failed_is_started_again_and_a_later_failure_stops_the
     with pytest.raises(SystemExit, match="train control failed"):
         lg.side_by_side({arm: [arm] for arm in lg.ARMS}, logs, runs, stagger_s=5.0)
     assert calls == ["real", "shuffled", "shuffled", "control"]  # control failed after a step: not redone
+
+
+@pytest.mark.skipif(not KB.is_file(), reason="needs KernelBench's problems.jsonl")
+def test_family_can_be_narrowed_and_a_key_outside_it_is_refused(tmp_path: Path):
+    args = lg.parse_args(["--out", str(tmp_path), "--kernelbench", str(KB), "--family", "1/22,1/25"])
+    assert lg.write_problems(args)[3] == ["1/22", "1/25"]
+    args = lg.parse_args(["--out", str(tmp_path), "--kernelbench", str(KB), "--family", "1/19"])
+    with pytest.raises(SystemExit, match="1/19 not in the family"):
+        lg.write_problems(args)

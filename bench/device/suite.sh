@@ -2,6 +2,8 @@
 # GPU checks of kforge, one section per argument; each section's log goes to $OUT/<section>.log and a
 # one-line result to $OUT/summary.txt. Run after bench/device/prepare.sh on the GPU machine.
 #   bash bench/device/suite.sh env selfcheck rollout learner train eval split ...
+#   bash bench/device/suite.sh learning          # the learning evidence, started in the background
+#   bash bench/device/suite.sh learning_status   # its progress; results, curve and metrics into $OUT
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -44,7 +46,27 @@ for s in "$@"; do
     split) section train_split 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name split \
              --max-steps 3 --gpus "rollout=0 learner=1 eval=1" model.dtype=bfloat16 rollout.max_tokens=256 \
              dataset.group_size=4 rollout.max_staleness=1 ;;
+    learning)  # bench/learning_gpu.py in the background (~15 min on one H200), from a frozen copy of the checkout;
+               # LG_ARGS adds flags (e.g. LG_ARGS="--steps 6 --gate-samples 12"); `learning_status` reports
+      if pgrep -f "bench/learning_gpu.py" > /dev/null; then echo "learning: already running"; continue; fi
+      rm -rf /root/kf-lg /root/lg && mkdir -p /root/kf-lg /root/lg && cp -r kforge bench presets pyproject.toml /root/kf-lg/
+      kb=(); [ -f "$KB" ] && kb=(--kernelbench "$PWD/$KB")
+      (cd /root/kf-lg && PYTHONPATH=/tmp/site:/root/kf-lg:/tmp/pkgs setsid nohup python3 bench/learning_gpu.py \
+         --out /root/lg/out "${kb[@]}" ${LG_ARGS:-} > /root/lg/bench.log 2>&1 < /dev/null &)
+      sleep 2; echo "learning: started (log /root/lg/bench.log)"; cat /root/lg/bench.log ;;
+    learning_status)
+      pgrep -f "bench/learning_gpu.py" > /dev/null && echo "learning: running" || echo "learning: not running"
+      tail -n 45 /root/lg/bench.log 2>/dev/null | cut -c1-400
+      for a in sft gate real shuffled control eval_real eval_warm; do
+        [ -f /root/lg/out/logs/$a.out ] && { echo "--- $a"; tail -n 3 /root/lg/out/logs/$a.out | cut -c1-300; }
+      done
+      for f in /root/lg/bench.log /root/lg/out/results.json /root/lg/out/curve.png /root/lg/out/gate.json; do
+        [ -f "$f" ] && cp "$f" "$OUT/"
+      done
+      for a in real shuffled control; do
+        [ -f /root/lg/out/runs/$a/metrics.jsonl ] && cp /root/lg/out/runs/$a/metrics.jsonl "$OUT/metrics_$a.jsonl"
+      done ;;
     *) echo "unknown section $s" ;;
   esac
 done
-cat "$OUT/summary.txt"
+[ -f "$OUT/summary.txt" ] && cat "$OUT/summary.txt"

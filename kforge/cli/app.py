@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from kforge.cli import check, config_cmd, eval_cmd, problems, rag, runs, train
-from kforge.cli import doctor, export
+from kforge.cli import doctor, export, sft
 
 app = typer.Typer(
     name="kforge",
@@ -40,6 +40,7 @@ def _root(
     """Teach an LLM to write fast GPU kernels with multi-turn RL on one workstation."""
 
 app.command("train", help="GRPO/LoRA training with a live dashboard; writes runs/NAME.")(train.train)
+app.command("sft", help="Supervised LoRA warm start on (problem, solution) pairs; writes an adapter folder.")(sft.sft)
 app.command("eval", help="Generate and evaluate on KernelBench problems: fast_p, correctness, speedups.")(
     eval_cmd.evaluate
 )

@@ -133,7 +133,8 @@ class RewardConfig(Section):
 
 
 class LearnerConfig(Section):
-    loss_fn: Literal["importance_sampling", "ppo", "grpo", "dr_grpo"] = "dr_grpo"
+    loss_fn: Literal["importance_sampling", "ppo", "grpo", "dr_grpo", "nll"] = Field(
+        "dr_grpo", description="nll = -advantage x log-prob, no ratio (what `kforge sft` trains with, advantage 1)")
     learning_rate: float = Field(2e-5, ge=0.0, description="0 = a control run that never moves the weights")
     weight_decay: float = 0.0
     warmup_steps: int = Field(5, ge=0)
@@ -145,6 +146,8 @@ class LearnerConfig(Section):
     advantage_baseline: Literal["mean", "leave_one_out"] = "mean"
     normalize_std: bool | None = Field(None, description="None = by loss: grpo yes, dr_grpo no")
     remove_constant_reward_groups: bool = True
+    shuffle_advantages: bool = Field(False, description="control run: permute each step's advantages across all "
+                                     "its samples before the update (same step sizes, no tie to the reward)")
     drop_truncated: bool = Field(False, description="leave responses cut at rollout.max_tokens out of the loss "
                                  "(they still count in their group's advantage baseline)")
     clip_low: float = Field(0.2, ge=0.0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections import defaultdict
 
 from kforge.config.schema import LearnerConfig, RewardConfig
@@ -86,7 +87,7 @@ def group_advantages(returns: list[float], baseline: str, normalize_std: bool, c
 
 
 def build_samples(
-    trajectories: list[Trajectory], cfg: LearnerConfig, reward: RewardConfig | None = None
+    trajectories: list[Trajectory], cfg: LearnerConfig, reward: RewardConfig | None = None, seed: int = 0
 ) -> tuple[list[Sample], dict[str, float]]:
     """Samples with advantages (also written to ``turn.advantage``) and group statistics.
 
@@ -94,7 +95,8 @@ def build_samples(
     all equal (no learning signal, only noise through KL and clipping) produce no samples at all.
     ``reward`` (the run's RewardConfig) gives the score of a correct answer (``correctness_weight``), the
     floor of a group's std under std normalisation, and whether a blind coverage is warned about
-    (``coverage_scaled_speed``).
+    (``coverage_scaled_speed``). With ``shuffle_advantages`` the advantages are permuted across the samples
+    by ``seed`` (the step's).
     """
     correct_score = reward.correctness_weight if reward is not None else 0.0
     coverage_scaled_speed = reward is not None and reward.coverage_scaled_speed
@@ -110,6 +112,7 @@ def build_samples(
 
     normalize = uses_std(cfg)
     samples: list[Sample] = []
+    owners: list[Turn] = []
     dropped = truncated = 0
     for (problem_key, turn_index), turns in groups.items():
         returns = [t.return_ for t in turns]
@@ -134,6 +137,9 @@ def build_samples(
                     turn_index=turn_index,
                 )
             )
+            owners.append(turn)
+    if cfg.shuffle_advantages:
+        shuffle_advantages(samples, owners, seed)
 
     all_returns = [t.return_ for turns in groups.values() for t in turns]
     advs = [s.advantage for s in samples]
@@ -158,6 +164,16 @@ def build_samples(
                     "verdicts has a measured coverage: the setting has no effect; check the profiler",
                     int(stats["coverage_gpu_correct"]))
     return samples, stats
+
+
+def shuffle_advantages(samples: list[Sample], owners: list[Turn], seed: int) -> None:
+    """The shuffled control: the same advantage values (so updates as large and as many as the real run's)
+    given to other samples, across problems and turns, so that no update follows the reward. The turns'
+    records get the values their samples trained with, so a transcript shows what was learnt from."""
+    values = [s.advantage for s in samples]
+    random.Random(seed).shuffle(values)
+    for sample, turn, value in zip(samples, owners, values):
+        sample.advantage = turn.advantage = value
 
 
 def _mean(xs: list[float]) -> float:

@@ -10,6 +10,8 @@ Notation (all per response token, shape [batch, tokens]):
 Losses (``learner.loss_fn``):
   importance_sampling  REINFORCE weighted by the ratio to the sampling policy, truncated:
                        value min(r, C) * A, gradient min(r, C) * A * grad(logp), r = exp(logp - rollout)
+  nll                  -A * logp, no ratio: with every advantage 1 the mean negative log-likelihood of the
+                       response tokens (``kforge sft``'s supervised step, on the same learner)
   ppo, grpo, dr_grpo   clipped surrogate min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) with
                        r = exp(logp - old), times the truncated importance weight
                        w = min(exp(old - rollout), C) (detached), which corrects the mismatch between the
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-LOSSES = ("importance_sampling", "ppo", "grpo", "dr_grpo")
+LOSSES = ("importance_sampling", "nll", "ppo", "grpo", "dr_grpo")
 
 
 @dataclass
@@ -87,6 +89,9 @@ def token_loss(
         loss = -weighted * advantages
         false = torch.zeros_like(logp, dtype=torch.bool)
         return TokenLoss(loss, ratio, capped, ratio > is_clip, false)
+    if loss_fn == "nll":
+        ones, false = torch.ones_like(logp), torch.zeros_like(logp, dtype=torch.bool)
+        return TokenLoss(-logp * advantages, ones, ones, false, false)
     if loss_fn in ("ppo", "grpo", "dr_grpo"):
         weight, is_clipped = truncated_is_weight(old, rollout, is_clip)
         ratio = torch.exp(bounded(logp - old.detach()))

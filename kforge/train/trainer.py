@@ -277,7 +277,8 @@ class Trainer:
 
         templates = score_trajectories(trajectories, self.cfg.reward, self.cfg.episode.thinking)  # the only scorer
         assign_returns(trajectories, self.cfg.episode.gamma)
-        samples, stats = build_samples(trajectories, self.cfg.learner, self.cfg.reward)
+        samples, stats = build_samples(trajectories, self.cfg.learner, self.cfg.reward,
+                                       seed=step_seed(self.cfg.dataset.seed, self.step + 1, "shuffle"))
         return samples, {**stats, **templates}
 
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:

@@ -48,7 +48,9 @@ from bench.learning_curve import paired_test  # noqa: E402  (the same t-test as 
 
 ARMS = {"real": [], "shuffled": ["learner.shuffle_advantages=true"], "control": ["learner.learning_rate=0"]}
 SFT_BUILTIN = ("1_Add", "2_Scale_Bias", "3_ReLU", "6_Sigmoid")
-FAMILY_KERNELBENCH = (20, 22, 25, 26, 27, 28, 29, 30, 31, 32)  # level 1; 19 ReLU and 21 Sigmoid are in SFT
+# Level 1's elementwise activations (19 ReLU and 21 Sigmoid are the built-in warm start's ops) and MinGPT's GELU;
+# a problem with a solution in --sft-pairs leaves the family.
+FAMILY_KERNELBENCH = (20, 22, 25, 26, 27, 28, 29, 30, 31, 32, 88)
 FAMILY_BUILTIN = ("4_GELU", "5_LeakyReLU")  # without KernelBench (CPU plumbing)
 REWARD = ["reward.correctness_weight=1.0", "reward.partial_credit=0.25", "reward.format_weight=0.05",
           "reward.compile_weight=0.05", "reward.speed_weight=0", "reward.length_weight=0", "reward.thinking_weight=0",
@@ -65,6 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rows", type=int, default=16, help="batch_size of the shrunk KernelBench inputs")
     ap.add_argument("--dim", type=int, default=16384, help="dim of the shrunk KernelBench inputs")
     ap.add_argument("--sft-problems", default=None, help="comma-separated keys of the warm-start set (default: all four)")
+    ap.add_argument("--sft-pairs", type=Path, default=None, help="JSONL of {problem: '1/ID', code}: KernelBench level-1 "
+                    "solutions added to the warm-start set (e.g. bench/data/activation_solutions.jsonl); their problems "
+                    "leave the gate's family")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the gate, runs and evals")
     ap.add_argument("--family", default=None, help="only these problems of the family (comma-separated keys, e.g. "
                     "1/20,1/22): a smaller gate")
     ap.add_argument("--sft-epochs", type=int, default=12)
@@ -123,15 +129,22 @@ def write_problems(args: argparse.Namespace) -> tuple[Path, Path, list[str], lis
     if args.sft_problems:
         sft_keys = [k.strip() for k in args.sft_problems.split(",") if k.strip()]
         pairs = [p for p in pairs if p["problem"] in sft_keys]
+    extra = [json.loads(line) for line in args.sft_pairs.read_text().splitlines() if line.strip()] if args.sft_pairs else []
+    extra_ids = {int(p["problem"].split("/")[1]) for p in extra}
+    pairs += extra
+    sft_keys += [p["problem"] for p in extra]
     kb = kernelbench_file(args)
+    if extra and kb is None:
+        raise SystemExit("--sft-pairs names KernelBench problems: give --kernelbench")
     family = []
     if kb is not None:
         for line in kb.read_text().splitlines():
             r = json.loads(line) if line.strip() else None
-            if r and r["level"] == 1 and r["problem_id"] in FAMILY_KERNELBENCH:
+            if r and r["level"] == 1 and r["problem_id"] in set(FAMILY_KERNELBENCH) | extra_ids:
                 rows.append({"level": 1, "problem_id": r["problem_id"], "name": r["name"],
                              "code": shrink(r["code"], args.rows, args.dim)})
-                family.append(f"1/{r['problem_id']}")
+                if r["problem_id"] not in extra_ids:
+                    family.append(f"1/{r['problem_id']}")
         say(f"family: {len(family)} KernelBench level-1 activations from {kb}, inputs {args.rows} x {args.dim}")
     else:
         for name in FAMILY_BUILTIN:
@@ -158,7 +171,7 @@ def write_problems(args: argparse.Namespace) -> tuple[Path, Path, list[str], lis
 def common(args: argparse.Namespace, source: Path) -> list[str]:
     """Overrides of the tiny preset every command of the bench shares (the model, prompts, rollouts, judge)."""
     out = [f"model.name={args.model}", f"dataset.source={source}", "episode.mode=single_turn",
-           f"rollout.max_tokens={args.max_tokens}", "rollout.temperature=1.0", f"dataset.seed={args.seed}",
+           f"rollout.max_tokens={args.max_tokens}", f"rollout.temperature={args.temperature}", f"dataset.seed={args.seed}",
            "evaluator.measure_performance=false", "evaluator.num_correct_trials=3", *REWARD]
     if args.cpu:
         return out + ["rollout.backend=hf"]

@@ -62,7 +62,7 @@ def test_the_family_is_shrunk_kernelbench_activations_the_warm_start_never_saw(t
     args = lg.parse_args(["--out", str(tmp_path), "--kernelbench", str(KB), "--rows", "4", "--dim", "64"])
     source, pairs, sft_keys, family = lg.write_problems(args)
     rows = {f"1/{r['problem_id']}": r for r in map(json.loads, source.read_text().splitlines())}
-    assert sft_keys == ["1/1", "1/2", "1/3", "1/6"] and len(family) == 10
+    assert sft_keys == ["1/1", "1/2", "1/3", "1/6"] and len(family) == 11
     assert not set(sft_keys) & set(family)
     names = {rows[k]["name"].split("_", 1)[1].lower().strip("_") for k in family}
     assert not names & {"relu", "sigmoid", "add", "scale_bias"}  # no op of the warm start
@@ -124,6 +124,19 @@ def test_a_run_whose_start_failed_is_started_again_and_a_later_failure_stops_the
 
 
 @pytest.mark.skipif(not KB.is_file(), reason="needs KernelBench's problems.jsonl")
+def test_kernelbench_solutions_join_the_warm_start_and_leave_the_family(tmp_path: Path):
+    pairs_file = Path(lg.__file__).parent / "data" / "activation_solutions.jsonl"
+    args = lg.parse_args(["--out", str(tmp_path), "--kernelbench", str(KB), "--sft-pairs", str(pairs_file),
+                          "--temperature", "0.7"])
+    source, pairs, sft_keys, family = lg.write_problems(args)
+    added = [json.loads(line)["problem"] for line in pairs_file.read_text().splitlines()]
+    assert sft_keys == ["1/1", "1/2", "1/3", "1/6", *added] and not set(added) & set(family)
+    assert set(family) == {f"1/{i}" for i in lg.FAMILY_KERNELBENCH} - set(added) and "1/88" in family
+    keys = {f"1/{r['problem_id']}" for r in map(json.loads, source.read_text().splitlines())}
+    assert set(added) <= keys  # the warm start's prompts are built from these problems
+    assert "rollout.temperature=0.7" in lg.common(args, source)
+
+
 def test_family_can_be_narrowed_and_a_key_outside_it_is_refused(tmp_path: Path):
     args = lg.parse_args(["--out", str(tmp_path), "--kernelbench", str(KB), "--family", "1/22,1/25"])
     assert lg.write_problems(args)[3] == ["1/22", "1/25"]

@@ -172,3 +172,34 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_gradients_within_bf16_toler
         diff = float((p.grad - q.grad).norm() / p.grad.norm())
         cosine = float(torch.nn.functional.cosine_similarity(p.grad.flatten(), q.grad.flatten(), dim=0))
         assert diff < 6e-2 and cosine > 0.998, (diff, cosine)
+
+
+def saved_bytes(learner: Learner, cast_input: bool) -> int:
+    """Bytes of distinct storages autograd keeps for backward in one forward of a bf16 base under autocast."""
+    from kforge.learner.lora import bf16_compute
+
+    batch = collate(samples(), [0, 1, 2, 3], learner.pad_id, learner.device)
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    learner.model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if cast_input:  # PEFT's default: the LoRA input is cast to the adapter's fp32 first
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                response_logprobs(learner.model, batch, chunk=0)
+        else:
+            with bf16_compute(learner.model, learner.device, True):
+                response_logprobs(learner.model, batch, chunk=0)
+    return sum(storages.values())
+
+
+def test_bf16_autocast_saves_no_second_copy_of_each_lora_input():
+    cfg = small_cfg()
+    cfg.model.gradient_checkpointing = False  # every layer's saved activations, not just the boundaries
+    learner = perturbed(Learner(cfg, model=small_model().to(torch.bfloat16)))
+    assert all(p.dtype == torch.float32 for p in learner.params)  # PEFT keeps the adapter in fp32
+    with_cast, without = saved_bytes(learner, cast_input=True), saved_bytes(learner, cast_input=False)
+    assert without < 0.9 * with_cast, (without, with_cast)

@@ -9,16 +9,24 @@ bitsandbytes imports, with a 4-bit NF4 base (QLoRA).
     python bench/learner.py            # full table (1.5B and 7B, 4k and 8k, bf16 and 4-bit)
     python bench/learner.py --quick    # 1.5B at 4k only, fewer steps
     python bench/learner.py --smoke    # a tiny model on the CPU: checks this script, measures nothing useful
+    python bench/learner.py --models 7b --seq 8192 --quant bf16 --chunk 0,1024 --autocast off,on --recompute 1,0.25
+                                       # today's learner (chunk 0, autocast off) beside the chunked head and bf16
 
 Conventions:
   tokens     prompt + response tokens of all sequences of a step (padding excluded)
   tokens/s   tokens / wall time of one train_step (forward, backward, optimiser), median over steps
-  MFU        model FLOPs / time / peak, with model FLOPs = 6 x N x tokens, N = every weight that the
+  MFU 6N     model FLOPs / time / peak, with model FLOPs = 6 x N x tokens, N = every weight that the
              tokens pass through (frozen base + LoRA; the input embedding is a lookup and not counted),
              and the lm_head counted only for the response positions (the learner builds logits only
-             there). Attention-score FLOPs and the extra forward of gradient checkpointing are not
-             counted, so MFU understates the hardware's utilisation. Peak = dense bf16 tensor-core
+             there). The usual figure of full fine-tuning, where backward also forms every weight's
+             gradient.
+  MFU 4N     what a LoRA step really asks for: a frozen weight costs forward (2) + the gradient of its
+             input (2), no weight gradient, so 4 x frozen + 6 x LoRA weights per token (lm_head 4 x, on
+             response positions). Neither counts attention-score FLOPs or the extra forward of gradient
+             checkpointing, so both understate the hardware's utilisation. Peak = dense bf16 tensor-core
              FLOP/s of the GPU (H100/H200 SXM 989 TFLOP/s), or --peak-tflops.
+  chunk      learner.logprob_chunk: response positions per LM-head chunk (0 = full logits, as before)
+  autocast   learner.bf16_autocast: LoRA matmuls in bf16 on bf16 inputs, fp32 master weights
   peak GiB   torch.cuda.max_memory_allocated during the warm-up and timed steps (weights included)
 """
 
@@ -64,7 +72,15 @@ ARCHS: dict[str, dict[str, Any]] = {
 PEAK_TFLOPS = [("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0)]
 
 
-def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float = 1.0) -> Any:
+def model_flops(frozen: int, trainable: int, head: int, tokens: int, response_tokens: int) -> tuple[float, float]:
+    """FLOPs of one step by the 6N count and by the 4N count (see the module docstring)."""
+    six = 6.0 * (frozen + trainable) * tokens + 6.0 * head * response_tokens
+    four = (4.0 * frozen + 6.0 * trainable) * tokens + 4.0 * head * response_tokens
+    return six, four
+
+
+def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float = 1.0, chunk: int = 0,
+                   autocast: bool = False) -> Any:
     """kforge's config with the bench's settings; a plain namespace where pydantic is not installed
     (the GPU image lacks it), holding the same fields with the schema's defaults."""
     lora = dict(rank=args.lora_rank, alpha=2 * args.lora_rank, dropout=0.0,
@@ -73,7 +89,8 @@ def learner_config(args: argparse.Namespace, response_tokens: int, recompute: fl
                    grad_clip=0.05, num_substeps=1, micro_batch_tokens=args.micro_batch_tokens,
                    loss_aggregation="token_mean", advantage_baseline="mean", normalize_std=None,
                    remove_constant_reward_groups=True, clip_low=0.2, clip_high=0.28, is_clip=2.0,
-                   kl_coef=0.0, kl_discount=0.0, kl_estimator="k3")
+                   kl_coef=0.0, kl_discount=0.0, kl_estimator="k3", entropy_coef=0.0,
+                   mismatch_reject_ratio=None, mismatch_token_veto=None, logprob_chunk=chunk, bf16_autocast=autocast)
     model = dict(name="random-init", gguf_file=None, dtype="bfloat16", load_in_4bit=False, chat_template=None,
                  trust_remote_code=False, max_model_len=32768, gradient_checkpointing=not args.no_grad_ckpt,
                  recompute_share=recompute, checkpoint=None)
@@ -157,17 +174,19 @@ def peak_tflops(args: argparse.Namespace) -> float | None:
     return None
 
 
-def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recompute: float) -> dict[str, Any]:
+def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recompute: float, chunk: int = 0,
+             autocast: bool = False) -> dict[str, Any]:
     from kforge.learner.learner import Learner
 
     response = min(seq // 2, 4096)
     n = max(2, args.tokens_per_step // seq)
-    row: dict[str, Any] = dict(model=arch, quant=quant, seq=seq, samples=n, recompute=recompute)
+    row: dict[str, Any] = dict(model=arch, quant=quant, seq=seq, samples=n, recompute=recompute, chunk=chunk,
+                               autocast=autocast)
     cuda = args.device.startswith("cuda")
     learner = model = None
     try:
         model, body, head = build_model(arch, args.device, quant)
-        cfg = learner_config(args, response, recompute)
+        cfg = learner_config(args, response, recompute, chunk, autocast)
         learner = Learner(cfg, device=args.device, model=model)
         if cuda:  # the peak of training, not of building the bf16 model before quantising it
             torch.cuda.reset_peak_memory_stats()
@@ -186,11 +205,12 @@ def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recomput
                 times.append(time.perf_counter() - t0)
         step_s = statistics.median(times)
         trainable = sum(p.numel() for p in learner.params)
-        flops = 6.0 * (body + trainable) * tokens + 6.0 * head * response_tokens
+        six, four = model_flops(body, trainable, head, tokens, response_tokens)
         peak = peak_tflops(args)
         row.update(
             tokens=tokens, step_s=step_s, tok_s=tokens / step_s,
-            mfu=(flops / step_s / (peak * 1e12)) if peak else None,
+            mfu=(six / step_s / (peak * 1e12)) if peak else None,
+            mfu4=(four / step_s / (peak * 1e12)) if peak else None,
             peak_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             trainable_m=trainable / 1e6, loss=metrics["loss"], grad_norm=metrics["grad_norm"], status="ok",
         )
@@ -213,15 +233,17 @@ def fmt(value: Any, spec: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = f"{'model':<6} {'quant':<5} {'seq':>5} {'recomp':>6} {'n':>3} {'tokens':>7} {'step s':>7} {'tokens/s':>9} " \
-             f"{'MFU %':>6} {'peak GiB':>8} {'LoRA M':>7}  status"
+    header = f"{'model':<6} {'quant':<5} {'seq':>5} {'recomp':>6} {'chunk':>5} {'bf16ac':>6} {'n':>3} {'tokens':>7} " \
+             f"{'step s':>7} {'tokens/s':>9} {'MFU6N%':>6} {'MFU4N%':>6} {'peak GiB':>8} {'LoRA M':>7}  status"
     print(header)
     print("-" * len(header))
     for r in rows:
         mfu = None if r.get("mfu") is None else 100 * r["mfu"]
+        mfu4 = None if r.get("mfu4") is None else 100 * r["mfu4"]
         print(
-            f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {r['recompute']:>6g} {r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
-            f"{fmt(r.get('step_s'), '.2f'):>7} {fmt(r.get('tok_s'), ',.0f'):>9} {fmt(mfu, '.1f'):>6} "
+            f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {r['recompute']:>6g} {r['chunk']:>5} "
+            f"{'on' if r['autocast'] else 'off':>6} {r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
+            f"{fmt(r.get('step_s'), '.2f'):>7} {fmt(r.get('tok_s'), ',.0f'):>9} {fmt(mfu, '.1f'):>6} {fmt(mfu4, '.1f'):>6} "
             f"{fmt(r.get('peak_gib'), '.1f'):>8} {fmt(r.get('trainable_m'), '.1f'):>7}  {r['status']}",
             flush=True,
         )
@@ -236,6 +258,8 @@ def main() -> int:
     parser.add_argument("--quant", default="bf16,4bit", help="comma list of bf16, 4bit (4bit needs bitsandbytes)")
     parser.add_argument("--recompute", default="1", help="comma list of model.recompute_share values: the share "
                         "of layers that recompute activations in backward (1 = all, 0 = none)")
+    parser.add_argument("--chunk", default="0", help="comma list of learner.logprob_chunk values (0 = full logits)")
+    parser.add_argument("--autocast", default="off", help="comma list of off, on: learner.bf16_autocast")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per case")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per case")
     parser.add_argument("--tokens-per-step", type=int, default=32768, help="tokens per train_step (n = this / seq)")
@@ -246,6 +270,9 @@ def main() -> int:
     parser.add_argument("--device", default=None, help="default: cuda if available")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failing cases")
     args = parser.parse_args()
+    if any(a.strip() not in ("on", "off") for a in args.autocast.split(",")):
+        print(f"bench/learner.py: --autocast {args.autocast!r}: a comma list of on, off", file=sys.stderr)
+        return 2
 
     if args.smoke:
         args.device = args.device or "cpu"
@@ -282,17 +309,22 @@ def main() -> int:
     print(f"LoRA rank {args.lora_rank} on all linear layers, gradient checkpointing "
           f"{'off' if args.no_grad_ckpt else 'on'}, micro-batch {args.micro_batch_tokens} tokens, "
           f"{args.warmup} warm-up + {args.steps} timed steps, MFU peak {fmt(peak, '.0f')} TFLOP/s")
-    print("MFU = 6 x (frozen + LoRA weights, lm_head on response tokens only) x tokens / step time / peak\n")
+    print("MFU6N = 6 x (frozen + LoRA weights, lm_head on response tokens only) x tokens / step time / peak")
+    print("MFU4N = (4 x frozen + 6 x LoRA weights, lm_head 4 x on response tokens) x tokens / step time / peak\n")
+    chunks = [int(c) for c in args.chunk.split(",") if c.strip()]
+    autocasts = [a.strip() == "on" for a in args.autocast.split(",") if a.strip()]
 
     rows = []
     for arch in models:
         for quant in quants:
             for seq in seqs:
                 for share in (float(x) for x in args.recompute.split(",")):
-                    row = run_case(args, arch, quant, seq, share)
-                    rows.append(row)
-                if args.verbose:
-                    print(row, flush=True)
+                    for chunk in chunks:
+                        for autocast in autocasts:
+                            row = run_case(args, arch, quant, seq, share, chunk, autocast)
+                            rows.append(row)
+                            if args.verbose:
+                                print(row, flush=True)
     print_table(rows)
     return 0 if all(r["status"] in ("ok", "OOM") for r in rows) else 1
 

@@ -410,16 +410,16 @@ def test_oom_retries_only_the_failing_micro_batch(monkeypatch):
     torch.manual_seed(0)
     ref_metrics = reference.train_step(some_samples() * 2)
 
-    real = learner_mod.response_logits
+    real = learner_mod.response_logprobs
     calls = {"oom": 0}
 
-    def flaky(model, batch):
+    def flaky(model, batch, *args, **kwargs):
         if torch.is_grad_enabled() and batch.input_ids.shape[0] >= 4 and calls["oom"] == 0:
             calls["oom"] += 1
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(model, batch)
+        return real(model, batch, *args, **kwargs)
 
-    monkeypatch.setattr(learner_mod, "response_logits", flaky)
+    monkeypatch.setattr(learner_mod, "response_logprobs", flaky)
     learner = Learner(tiny_cfg(**cfg), model=tiny_model())
     torch.manual_seed(0)
     metrics = learner.train_step(some_samples() * 2)
@@ -621,18 +621,18 @@ def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
     cfg.lora.dropout = 0.5
     learner = Learner(cfg, model=tiny_model())
     _perturb_adapter(learner)
-    real = learner_mod.response_logits
+    real = learner_mod.response_logprobs
     calls = {"grad": 0, "oom": 0}
 
-    def flaky(model, batch):
+    def flaky(model, batch, *args, **kwargs):
         if torch.is_grad_enabled() and batch.input_ids.shape[0] >= 2:
             calls["grad"] += 1
             if calls["grad"] == 2:  # the second minibatch's first try
                 calls["oom"] += 1
                 raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(model, batch)
+        return real(model, batch, *args, **kwargs)
 
-    monkeypatch.setattr(learner_mod, "response_logits", flaky)
+    monkeypatch.setattr(learner_mod, "response_logprobs", flaky)
     metrics = learner.train_step(some_samples() * 2)
     assert calls["oom"] == 1 and metrics["oom_retries"] == 1.0
     assert metrics["clip_fraction"] == 0.0

@@ -52,6 +52,8 @@ class RecordingEngine:
                 "finish_reason": "length" if n == r["sampling"]["max_tokens"] else "stop"}
 
     def load_lora(self, lora):
+        if "slow-load" in lora[2]:
+            time.sleep(0.4)
         self.loaded.append(tuple(lora))
         self.events.append(f"load{lora[1]}")
 
@@ -180,6 +182,17 @@ def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_
     assert events == ["load1", "reset", "load2", "reset", "remove1", "load3", "reset", "remove2"]
     with pytest.raises(BackendError, match="adapter_config.json"):
         worker.load_adapter(str(tmp_path), 4)
+
+
+def test_each_part_of_an_adapter_load_is_timed(worker, tmp_path):
+    adapter = tmp_path / "slow-load"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    worker.load_adapter(str(adapter), 7)
+    times = worker.load_times
+    assert set(times) == {"sync_engine_load_s", "sync_cache_reset_s", "sync_remove_s"}
+    assert 0.4 <= times["sync_engine_load_s"] < 5.0  # the engine's own load, not the calls around it
+    assert times["sync_cache_reset_s"] < 0.4
 
 
 def test_a_replaced_adapter_is_removed_only_after_its_last_request(worker, tmp_path):

@@ -281,3 +281,66 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
         restore_newest(make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model(2)), FakePool(), run=run), run,
                        said.append)
     assert not marker.exists()
+
+
+class _SlowWriter(FakeLearner):
+    """Writing an adapter or a checkpoint takes `write_s` once training has begun (a big adapter, a slow disk)."""
+
+    def __init__(self, write_s: float, what: str) -> None:
+        super().__init__(step_s=0.05)
+        self.write_s, self.what = write_s, what
+
+    def save_adapter(self, path):
+        if self.what == "adapter" and self.version >= 1:
+            time.sleep(self.write_s)
+        super().save_adapter(path)
+
+    def save_checkpoint(self, path):
+        if self.what == "checkpoint" and self.version >= 1:
+            time.sleep(self.write_s)
+        super().save_checkpoint(path)
+
+
+@pytest.mark.parametrize("what", ["adapter", "checkpoint", "transcript"])
+def test_the_event_loop_keeps_serving_while_a_slow_write_runs(tmp_path, monkeypatch, what):
+    """An adapter sync, a checkpoint or a transcript that takes 0.8 s must not hold the event loop: the
+    next step's trajectories (pipelined) and anything else on the loop keep running meanwhile."""
+    import kforge.train.trainer as trainer_mod
+
+    write_s = 0.8
+    if what == "transcript":
+        real = trainer_mod.write_transcript
+
+        def slow(*args, **kwargs):
+            time.sleep(write_s)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(trainer_mod, "write_transcript", slow)
+    learner = _SlowWriter(write_s, what)
+    trainer = make_trainer(tmp_path, make_cfg(), learner, FakePool(0.0))
+    gaps: list[float] = []  # between the loop's turns, from the first train_step on (the writes are slow then)
+
+    async def main():
+        async def heartbeat():
+            last, training = time.monotonic(), False
+            while True:
+                await asyncio.sleep(0.02)
+                now = time.monotonic()
+                if training:
+                    gaps.append(now - last)
+                last, training = now, learner.version >= 1
+
+        beat = asyncio.ensure_future(heartbeat())
+        t0 = time.monotonic()
+        status = await trainer.run_async()
+        beat.cancel()
+        return status, time.monotonic() - t0
+
+    status, wall = asyncio.run(main())
+    assert status == "finished"
+    assert wall >= 3 * write_s  # the slow writes really happened (at least one per step)
+    assert max(gaps) < write_s / 2, max(gaps)
+    metrics = trainer.run.metrics()
+    if what == "adapter":  # the sync's parts are timed: here the learner's write is the slow part
+        synced = [m for m in metrics if m["time/sync_s"] > 0]  # a step whose learner skipped syncs nothing
+        assert synced and all(m["time/sync_save_s"] >= write_s and m["time/sync_load_s"] < write_s for m in synced)

@@ -142,6 +142,11 @@ class LearnerConfig(Section):
     grad_clip: float = Field(0.05, gt=0.0)
     num_substeps: int = Field(1, gt=0, description="optimiser steps per batch")
     micro_batch_tokens: int = Field(16384, gt=0, description="token budget of one packed micro-batch")
+    logprob_chunk: int = Field(1024, ge=0, description="response positions per chunk of the LM head and "
+                               "log-softmax, recomputed in backward (never all [tokens, vocab] logits at once); "
+                               "0 = full logits")
+    bf16_autocast: bool = Field(False, description="learner forward/backward under bf16 autocast (LoRA matmuls "
+                                "in bf16 on bf16 inputs, fp32 adapter weights and AdamW state); for GPUs")
     loss_aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
     advantage_baseline: Literal["mean", "leave_one_out"] = "mean"
     normalize_std: bool | None = Field(None, description="None = by loss: grpo yes, dr_grpo no")

@@ -28,6 +28,7 @@ KL reference: the policy the run started from: the base model (a fresh adapter i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -43,11 +44,12 @@ from kforge.credit.samples import Sample
 from kforge.learner import checkpoint as ckpt
 from kforge.learner.batching import MicroBatch, collate, plan_micro_batches
 from kforge.learner.ddp import Ranks
-from kforge.learner.logprobs import response_logits, token_entropy, token_logprobs
+from kforge.learner.logprobs import response_logprobs
 from kforge.learner.lora import (
     LearnerError,
     attach_lora,
     attach_reference,
+    bf16_compute,
     enable_gradient_checkpointing,
     has_dropout,
     is_quantized_model,
@@ -244,10 +246,7 @@ class Learner:
         ref = self._reference_logprobs(batch) if lc.kl_coef > 0 else None
         self.model.train()
         with dropout_masks(seed, self.device):
-            logits = response_logits(self.model, batch)
-        logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
-        entropy = token_entropy(logits, self.temperature, self.top_k, self.top_p, grad=lc.entropy_coef > 0)
-        del logits
+            logp, entropy = self._logprobs(batch, entropy=True, entropy_grad=lc.entropy_coef > 0)
         old_lp = self._gather_old(old, batch, logp) if old is not None else logp.detach()
         rollout = torch.where(batch.has_rollout, batch.rollout_logprobs, old_lp)
         rejected = mismatch_rejected(old_lp, rollout, mask, batch.has_rollout,
@@ -302,8 +301,7 @@ class Learner:
         self.model.train()
         batch = collate(mini, indices, self.pad_id, self.device)
         with dropout_masks(seed, self.device):
-            logits = response_logits(self.model, batch)
-        logp = token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
+            logp, _ = self._logprobs(batch)
         for row, i in enumerate(indices):
             into[i] = logp[row, logp.shape[1] - len(mini[i].response_ids):].clone()
 
@@ -336,15 +334,19 @@ class Learner:
         try:
             if self.reference is not None:
                 self.model.set_adapter(self.reference, inference_mode=True)
-                logits = response_logits(self.model, batch)
-            else:
-                with self.model.disable_adapter():
-                    logits = response_logits(self.model, batch)
+            with self.model.disable_adapter() if self.reference is None else contextlib.nullcontext():
+                logp, _ = self._logprobs(batch)
         finally:
             if self.reference is not None:
                 self.model.set_adapter(self.adapter)  # trainable again
             self.model.train(was_training)
-        return token_logprobs(logits, batch.targets, self.temperature, self.top_k, self.top_p)
+        return logp
+
+    def _logprobs(self, batch: MicroBatch, entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Response log-probs (and entropy) of ``batch`` under the model as it is now (see response_logprobs)."""
+        with bf16_compute(self.model, self.device, self.cfg.learner.bf16_autocast):
+            return response_logprobs(self.model, batch, self.temperature, self.top_k, self.top_p,
+                                     chunk=self.cfg.learner.logprob_chunk, entropy=entropy, entropy_grad=entropy_grad)
 
     def _lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,3 +179,18 @@ def pad_id_of(tokenizer: Any, model: Any) -> int:
 def release_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def bf16_compute(model: Any, device: torch.device, on: bool) -> Iterator[None]:
+    """With ``on``, bf16 autocast (``learner.bf16_autocast``): the adapter and AdamW stay fp32 (master weights)
+    while the matmuls run in bf16. PEFT casts a LoRA layer's input to the adapter's dtype first; that fp32
+    copy would be cast back to bf16 and saved for backward beside the base layer's own input, so the cast
+    is off. (A recomputed layer runs with the cast on: the same bf16 values, so the same gradients.)"""
+    if not on:
+        yield
+        return
+    from peft.helpers import disable_input_dtype_casting
+
+    with torch.autocast(device.type, dtype=torch.bfloat16), disable_input_dtype_casting(model):
+        yield

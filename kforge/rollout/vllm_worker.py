@@ -27,6 +27,8 @@ import atexit
 import importlib.util
 import itertools
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +217,10 @@ class VLLMBackend:
         self._asleep = False
         self._pending_adapter: tuple[str, int] | None = None
         self._leases = AdapterLeases()
+        # The trainer syncs from a thread: reading the current adapter and leasing it must be one step
+        # against a swap, or the adapter could be retired and removed between the two.
+        self._swap = threading.Lock()
+        self.load_times: dict[str, float] = {}  # the parts of the last adapter load, seconds (trainer metrics)
         try:
             # daemon=False: vLLM starts processes of its own, which a daemon may not.
             self._proc = ServedProcess(engine, engine_kwargs, name="vLLM worker", env={**child_env(devices), **(env or {})},
@@ -253,9 +259,10 @@ class VLLMBackend:
     ) -> list[Completion]:
         if self._closed:
             raise BackendError("vLLM backend is closed (generate)")
-        lora, version = self._lora, self.version  # the adapter these requests are sampled with
-        for _ in requests if lora is not None else ():  # held before any await: a sync cannot slip in between
-            self._leases.acquire(lora[1])
+        with self._swap:
+            lora, version = self._lora, self.version  # the adapter these requests are sampled with
+            for _ in requests if lora is not None else ():
+                self._leases.acquire(lora[1])
 
         async def one(i: int, r: GenerationRequest) -> Completion:
             sampling = {**r.sampling.__dict__, "stop": list(r.sampling.stop)}
@@ -287,12 +294,19 @@ class VLLMBackend:
             return
         lora = (f"kforge-v{version}-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve()))
         self._next_lora_id += 1  # never reused, even for a reload of the same version
-        self._call("load_lora", lora=lora)
-        previous, self._lora = self._lora, lora
-        self.version = version
+        t0 = time.perf_counter()
+        self._call("load_lora", lora=lora)  # the engine reads the folder and moves the weights to its GPU
+        t1 = time.perf_counter()
+        with self._swap:
+            previous, self._lora = self._lora, lora
+            self.version = version
+            unused = previous is not None and self._leases.retire(previous[1])  # else its last request removes it
         self._call("reset_prefix_cache")  # cached KV of older weights must not be reused
-        if previous is not None and self._leases.retire(previous[1]):  # else its last request removes it
+        t2 = time.perf_counter()
+        if unused:
             self._call("remove_lora", int_id=previous[1])
+        self.load_times = {"sync_engine_load_s": t1 - t0, "sync_cache_reset_s": t2 - t1,
+                           "sync_remove_s": time.perf_counter() - t2}
 
     def sleep(self) -> None:
         if not self._asleep:

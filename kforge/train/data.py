@@ -1,7 +1,9 @@
-"""The order in which training problems are visited: deterministic per (seed, epoch), resumable."""
+"""The order in which training problems are visited: deterministic per (seed, epoch), resumable; the seeds
+of each step's sampling, drawn from (seed, step)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -61,3 +63,15 @@ class ProblemSampler:
         self.epoch = int(state["epoch"])
         self.cursor = int(state["cursor"])
         self._order = self._epoch_order(self.epoch)
+
+
+def step_seed(seed: int, step: int, salt: str = "") -> int:
+    digest = hashlib.sha256(f"{seed}/{step}/{salt}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)

@@ -9,6 +9,10 @@ Determinism: every step's rollouts are seeded from (seed, step), and every gener
 (step seed, problem, group, turn), so a resumed run redoes the steps after its last checkpoint with the
 same problems and samples.
 
+The event loop is never held by a write: the adapter sync, checkpoints and transcripts run in threads
+(the learner's own thread for what touches the learner), so the next step's trajectories whose verdicts
+came back send their next turn meanwhile.
+
 Failure: a dead or hung learner (its calls have a deadline), a rollout worker that fails twice, or any
 error ends the run as `failed` with the reason in status.json; when the learner's state is still sound
 (it was not in the middle of a step) a checkpoint is saved first. `--resume` continues.
@@ -17,9 +21,7 @@ error ends the run as `failed` with the reason in status.json; when the learner'
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,25 +36,13 @@ from kforge.problems.record import Problem
 from kforge.rollout.base import BackendError
 from kforge.runs.folder import LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
 from kforge.runs.transcripts import write_transcript
-from kforge.train.data import ProblemSampler
+from kforge.train.data import ProblemSampler, seed_everything, step_seed
 from kforge.train.gpu import PeakMemory
 from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
 from kforge.train.placement import Plan
 from kforge.train.stopflag import StopFlag
 
 log = logging.getLogger("kforge.train")
-
-
-def step_seed(seed: int, step: int, salt: str = "") -> int:
-    digest = hashlib.sha256(f"{seed}/{step}/{salt}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
-
-
-def seed_everything(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -85,6 +75,8 @@ class StepTimes:
     rollout_s: float = 0.0  # waiting for this step's rollouts (less than their wall time when pipelined)
     learn_s: float = 0.0
     sync_s: float = 0.0
+    sync_save_s: float = 0.0  # the learner writes the adapter folder
+    sync_load_s: float = 0.0  # the engine loads it (the backend's own parts: `load_times`)
 
 
 @dataclass
@@ -144,18 +136,18 @@ class Trainer:
                 if self.pipelined and step < self.total_steps:
                     pending = self._start_rollouts(step + 1)  # on the current adapter, while it learns
                 learned = await self._watched(learning, step, "learn", self._learner_waits)
-                times.sync_s = self._sync_adapter()  # 4. the new adapter to the engine
+                times.sync_s = await self._off_loop(self._sync_adapter, None, times)  # 4. the new adapter to the engine
                 self.step = step
                 metrics = step_metrics(step, self.sampler.epoch, rollouts, credit, learned, times.__dict__,
                                        self.levels, self.cfg.log.per_level_metrics, self.restarts, self.plan)
                 metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
                                                    self._rollout_waits))  # 5. log (held-out eval on its cadence)
-                metrics.update(self._scheduled_checkpoint(step))  # 6. checkpoint on its schedule
+                metrics.update(await self._off_loop(self._scheduled_checkpoint, step))  # 6. checkpoint on its schedule
                 metrics.update(peaks.take())
                 metrics["time/step_s"] = time.time() - t0
-                self._log(step, metrics, rollouts.trajectories, sinks)
+                await self._log(step, metrics, rollouts.trajectories, sinks)
             await _cancel(pending)
-            self.save_checkpoint("stop" if status == "stopped" else "end")
+            await self._off_loop(self.save_checkpoint, "stop" if status == "stopped" else "end")
         except BaseException as exc:
             await _cancel(pending)
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
@@ -178,6 +170,10 @@ class Trainer:
         finally:
             self._stop.restore()
             self._executor.shutdown(wait=False)
+
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the learner's thread (one at a time with train_step), the loop free meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def _watched(self, stage_work: Any, step: int, stage: str, waiting_for: Callable[[], str]) -> Any:
         """Await one stage; whenever nothing in it has moved for `log.stall_warn_s`, say which stage is
@@ -308,8 +304,9 @@ class Trainer:
         return out
 
     # -- 4. sync --------------------------------------------------------------------------------------
-    def _sync_adapter(self, adapter_dir: Path | None = None) -> float:
-        """Hand the learner's current adapter to the rollout engine; returns the seconds it took."""
+    def _sync_adapter(self, adapter_dir: Path | None = None, times: StepTimes | None = None) -> float:
+        """Hand the learner's current adapter to the rollout engine; returns the seconds it took (its parts
+        into ``times``)."""
         t0 = time.time()
         version = self.parts.learner.version
         if self.parts.shares_model:
@@ -321,7 +318,10 @@ class Trainer:
         if adapter_dir is None or not (adapter_dir / "adapter_config.json").exists():
             adapter_dir = self.run.adapter_dir(version)
             self.parts.learner.save_adapter(str(adapter_dir))
+        t1 = time.time()
         self.parts.backend.load_adapter(str(adapter_dir), version)
+        if times is not None:
+            times.sync_save_s, times.sync_load_s = t1 - t0, time.time() - t1
         self.run.prune_adapters(keep=3)
         return time.time() - t0
 
@@ -334,17 +334,19 @@ class Trainer:
         rollouts = await self.parts.runner.run_groups(self.test_problems, 1, self.parts.learner.version, seed)
         return held_out_metrics(rollouts.trajectories, self.levels)
 
-    def _log(self, step: int, metrics: dict[str, Any], trajectories: list[Trajectory], sinks: MetricSinks) -> None:
+    async def _log(self, step: int, metrics: dict[str, Any], trajectories: list[Trajectory], sinks: MetricSinks) -> None:
         for warning in collapse_warnings(self._history, metrics):
             log.warning("step %d: %s", step, warning)
             if self.dashboard is not None:
                 self.dashboard.warn(warning)
+        metrics.update({f"time/{k}": v for k, v in getattr(self.parts.backend, "load_times", {}).items()})
         self.run.log_metrics(metrics)
         turns = [t for tr in trajectories for t in tr.turns]
         sinks.write(step, metrics, {"hist/reward": [t.score for t in turns],
                                     "hist/response_tokens": [float(len(t.response_ids)) for t in turns]})
         if self.cfg.log.samples_max_mb > 0:
-            write_transcript(self.run.samples_path(step), step, trajectories, int(self.cfg.log.samples_max_mb * 2**20))
+            await asyncio.to_thread(write_transcript, self.run.samples_path(step), step, trajectories,
+                                    int(self.cfg.log.samples_max_mb * 2**20))
         self._history = (self._history + [metrics])[-10:]
         self.run.set_status("running", step=step, total_steps=self.total_steps, preset=self.cfg.preset)
         if self.dashboard is not None:

@@ -150,7 +150,7 @@ def _run(plan, resume: bool) -> None:
                 raise
             raise fail(f"{why}; the samples written before are in {plan.out}: free space there, then continue "
                        "with --resume", code=1) from None
-    by_split = split_summaries(plan.out, plan.meta, run)
+    by_split = split_summaries(plan.meta, run)
     print_summary(summary, f"kforge eval · {plan.out} · {plan.meta['split']['label']}")
     for name, part in by_split.items():
         print_summary(part, f"{name} only")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -12,8 +11,8 @@ import typer
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.config.loader import ConfigError, config_changes, resolve, to_yaml
-from kforge.runs.folder import (CHECKPOINTS_FILE, METRICS_FILE, STATUS_FILE, RunFolder, atomic_write_text,
-                                drop_torn_line, find_run)
+from kforge.modelio import fit_context
+from kforge.runs.folder import CHECKPOINTS_FILE, METRICS_FILE, RunFolder, drop_torn_line, find_run
 from kforge.space import UnwritableFolder, check_writable, write_failure
 from kforge.ui.console import console, fail, setup_logging
 
@@ -54,10 +53,13 @@ def train(
     changes: dict = {}
     if resume:
         run, resolved, changes = _resume_target(resume, runs_dir, extra)
-        cfg = resolved.config
     else:
         resolved = load_config(preset or "default", config, extra)
-        cfg = resolved.config
+    resolved = fit_context(resolved, lambda line: console.print(line, highlight=False, soft_wrap=True))
+    if not resume and not resolved.config.log.run_name:
+        name = f"{resolved.config.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
+        resolved = resolved.derive("generated run name", {"log": {"run_name": name}})
+    cfg = resolved.config
     _check_rag_index(cfg)
     try:  # before any folder is made: a typo leaves nothing behind
         plan = plan_placement(None, {**{k: v for k, v in cfg.placement.model_dump().items() if v}, **placement},
@@ -68,10 +70,8 @@ def train(
         console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
         return
     if not resume:
-        run_name = cfg.log.run_name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
-        cfg.log.run_name = run_name
         try:
-            run = RunFolder.create(cfg.log.runs_dir, run_name, to_yaml(cfg))
+            run = RunFolder.create(cfg.log.runs_dir, cfg.log.run_name, to_yaml(cfg))
         except (FileExistsError, ValueError) as exc:
             raise fail(str(exc)) from None
     before = run.read_status()
@@ -90,7 +90,7 @@ def train(
         if resume and before.get("status") == "finished" and run.read_status().get("status") == "failed":
             # A failed attempt to extend a finished run does not make the finished run a failed one, nor
             # leave the settings it tried as the run's.
-            atomic_write_text(run.path / STATUS_FILE, json.dumps(before, indent=2))
+            run.write_status(before)
             if config_before is not None:
                 run.record_config(config_before, {"event": "undone", "why": "extending the finished run failed"})
     console.print(f"run {run.name}: {status} at step {run.summary()['steps']} -> {run.path}", highlight=False)
@@ -163,16 +163,15 @@ def _check_rag_index(cfg) -> None:
     from kforge.problems import ProblemSourceError, problems_from_config, split_problems
 
     ds = cfg.dataset
-    manifest_path = Path(ds.rag_index_path or "") / "manifest.json"
-    if ds.prompt_option != "raicl" or not ds.rag_index_path or not manifest_path.is_file():
-        return  # no index to check here; the run's set-up reports a missing one
+    from kforge.rag.manifest import leak_guard
+
+    guard = leak_guard(Path(ds.rag_index_path)) if ds.prompt_option == "raicl" and ds.rag_index_path else None
+    if guard is None:
+        return  # no index to check here (the run's set-up reports a missing one), or one from before the guard
     try:
-        guard = json.loads(manifest_path.read_text()).get("leak_guard")
         held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
-    except (ValueError, OSError, AttributeError, ProblemSourceError):
+    except (ValueError, OSError, ProblemSourceError):
         return
-    if not isinstance(guard, dict):
-        return  # an index from before the leak guard recorded anything: nothing to compare
     missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
     if missing:
         raise fail(f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "

@@ -48,6 +48,20 @@ class ResolvedConfig:
                 return layer.name
         return "default"
 
+    def derive(self, origin: str, values: dict[str, Any]) -> "ResolvedConfig":
+        """This config with `values` (nested like a layer) on top as one more layer named `origin`: a value
+        derived from the others (the model's own context, a generated run name) is recorded, with where it
+        came from, before anything reads or writes the config; the config itself is never edited."""
+        if not values:
+            return self
+        layer = Layer(origin, values)
+        _check_keys(layer)
+        try:
+            config = KforgeConfig.model_validate(deep_merge(self.config.model_dump(), values))
+        except ValidationError as exc:
+            raise ConfigError(f"{origin}: {exc.errors()[0]['msg']}") from None
+        return ResolvedConfig(config, [*self.layers, layer])
+
 
 def presets_dir() -> Path:
     """`KFORGE_PRESETS_DIR`, else the presets shipped in the package (`kforge/presets`, a link to the

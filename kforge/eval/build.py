@@ -5,7 +5,7 @@ and what the numbers mean. `kforge eval` only parses, calls `build_eval` and pri
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +13,9 @@ from typing import Any
 
 from kforge.config.loader import ConfigError, resolve
 from kforge.config.schema import KforgeConfig
+from kforge.modelio import fit_context
+
+log = logging.getLogger("kforge.eval")
 
 SPLITS = ("test", "train", "all")
 
@@ -114,7 +117,10 @@ def build_eval(req: EvalRequest) -> EvalPlan:
         base = config_file = req.config or run_config
         # The split is the one the run (or preset) drew from its own selection, before this command's overrides.
         split_cfg = resolve(preset, base, []).config
-        cfg = resolve(preset, config_file, req.overrides).config
+        resolved = resolve(preset, config_file, req.overrides)
+        if target is not None:  # the model generating is the target's (a run's, an adapter's base, or the one named)
+            resolved = fit_context(resolved.derive("eval target", {"model": {"name": target.model}}), log.info)
+        cfg = resolved.config
     except (EvalTargetError, ConfigError, FileNotFoundError) as exc:
         raise EvalSetupError(str(exc)) from None
     split = req.split or ("test" if run_config is not None else "all")
@@ -201,12 +207,12 @@ def generation_settings(cfg: KforgeConfig, samples: int) -> dict[str, Any]:
 
 def check_resumable(out: Path, selection: dict[str, Any]) -> None:
     """--resume only into a file made by the same target, split, problem selection and generation settings."""
+    from kforge.eval.results import ResultsFileError, read_results
+
     try:
-        doc = json.loads(out.read_text())
-        if not isinstance(doc, dict):
-            raise ValueError
-    except (ValueError, OSError):
-        raise EvalSetupError(f"{out} is not a kforge results file; move it away or pick another --out") from None
+        doc = read_results(out)
+    except ResultsFileError as exc:
+        raise EvalSetupError(f"{exc}; move it away or pick another --out") from None
     before = doc.get("selection")
     if not isinstance(before, dict):
         raise EvalSetupError(f"{out} does not say which target, split and problems it holds; "

@@ -19,10 +19,9 @@ from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
 from kforge.eval.report import SampleOutcome, summarize
+from kforge.eval.results import ResultsFileError, read_results, write_results
 from kforge.evaluator.verdict import Verdict
-from kforge.modelio import fit_context
 from kforge.problems.record import Problem
-from kforge.runs.folder import atomic_write_text
 
 log = logging.getLogger("kforge.eval")
 
@@ -133,9 +132,9 @@ class EvalRun:
         if not self.out_path.exists():
             return 0
         try:
-            data = json.loads(self.out_path.read_text())
-        except json.JSONDecodeError:
-            raise EvalTargetError(f"{self.out_path} is not a results file (invalid JSON); move it away or pick --out") from None
+            data = read_results(self.out_path)
+        except ResultsFileError as exc:
+            raise EvalTargetError(f"{exc}; move it away or pick --out") from None
         for rec in data.get("samples", []):
             self.results[(rec["problem_key"], rec["sample"])] = rec
         return len(self.results)
@@ -175,8 +174,7 @@ class EvalRun:
             **self.meta,
             "samples": ordered,
         }
-        self.out_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.out_path, json.dumps(doc, indent=1, default=str))
+        write_results(self.out_path, doc)
 
     async def _evaluate_given(self, pool: Any) -> None:
         todo = [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
@@ -202,8 +200,6 @@ class EvalRun:
         jobs = [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
         if not jobs:
             return
-        self.cfg.model.name = self.target.model
-        fit_context(self.cfg, log.info)
         backend = make_backend(self.cfg, self.devices)
         try:
             if self.target.adapter:

@@ -10,6 +10,7 @@ import numpy
 import pytest
 from safetensors.numpy import save_file
 
+from kforge.errors import UserError
 from kforge.eval.build import EvalRequest, EvalSetupError, build_eval, flag_overrides
 from kforge.problems import builtin_problems
 from kforge.runs.folder import RunFolder
@@ -43,7 +44,7 @@ def test_flags_are_overrides_layered_like_train(clean_env):
     assert "episode.max_turns=1" in flags and "episode.mode=single_turn" in flags
     # The user's own episode override is not clobbered by the default of one turn.
     assert not any(f.startswith("episode.") for f in flag_overrides(user=["episode.max_turns=3"]))
-    with pytest.raises(EvalSetupError, match="--problems"):
+    with pytest.raises(UserError, match="--problems"):
         flag_overrides(problems="x-y")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "kforge"
 # Bottom to top: a package may import only packages to its left (and itself).
-LAYERS = ["jsonl", "space", "config", "gpus", "served", "modelio", "ui", "problems", "evaluator", "rollout", "policy",
+LAYERS = ["errors", "jsonl", "space", "config", "gpus", "served", "modelio", "ui", "problems", "evaluator", "rollout", "policy",
           "rag", "credit", "learner", "runs", "eval", "train", "ops", "cli", "__main__"]
 MAX_LINES = 400
 # Files allowed over the limit while a split is pending; this list may only shrink (it is empty now).
@@ -283,3 +283,21 @@ def test_the_config_check_sees_an_edit():
         "kforge.cli.train:1: cfg.preset =", "kforge.cli.train:2: setattr on a config",
         "kforge.eval.runner:1: self.cfg.model.name =",
         "kforge.modelio:1: cfg.model.max_model_len =", "kforge.modelio:2: cfg.episode.context_budget_tokens ="]
+
+
+# -- one user-error type ---------------------------------------------------------------------------------------
+def test_every_domain_error_for_the_user_is_a_user_error_under_its_own_name():
+    import importlib
+
+    from kforge.errors import UserError
+
+    names = {"kforge.config.loader": "ConfigError", "kforge.rag.errors": "RagError", "kforge.gpus": "GpuIndexError",
+             "kforge.policy.prompts": "PromptError", "kforge.credit.rewards": "RewardOrderError",
+             "kforge.train.build": "SetupError", "kforge.train.placement": "PlacementError",
+             "kforge.eval.compare": "CompareError", "kforge.eval.results": "ResultsFileError",
+             "kforge.eval.runner": "EvalTargetError", "kforge.eval.build": "EvalSetupError",
+             "kforge.space": "UnwritableFolder", "kforge.problems.sources": "ProblemSourceError",
+             "kforge.runs.locate": "LocateError", "kforge.ops.export": "ExportError"}
+    for module, name in names.items():
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, UserError) and issubclass(cls, ValueError), name

@@ -246,3 +246,22 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
                                        "dataset.test_fraction=0.5"]).config
     with pytest.raises(typer.Exit):
         _check_rag_index(other)  # more held-out problems than the index leaves out
+
+
+def test_a_user_error_raised_in_a_command_is_one_line_and_exit_2(monkeypatch, capsys):
+    import typer
+
+    from kforge.cli import app as cli
+    from kforge.runs.locate import LocateError
+
+    broken = typer.Typer(add_completion=False)
+
+    @broken.command()
+    def go() -> None:
+        raise LocateError("no run 'r' under runs; `kforge runs ls` lists them")
+
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(SystemExit) as done:
+        cli.main([])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: no run 'r' under runs; `kforge runs ls` lists them"]

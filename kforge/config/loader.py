@@ -20,13 +20,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 
 ENV_PREFIX = "KFORGE_"
 # Environment variables with the prefix that are not config keys (read elsewhere in kforge).
 RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad config key or value; the message is one line meant for the user."""
 
 

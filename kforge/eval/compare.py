@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kforge.errors import UserError
 from kforge.eval.report import outcomes_from_samples, summarize
 from kforge.eval.results import ResultsFileError, read_results
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """A file that is not a results file; the message is one line for the user."""
 
 

@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kforge.errors import UserError
 from kforge.runs.folder import atomic_write_text
 
 
-class ResultsFileError(ValueError):
+class ResultsFileError(UserError):
     """A path that holds no results file; the message is one line naming it."""
 
 

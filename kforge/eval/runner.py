@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.eval.report import SampleOutcome, summarize
 from kforge.eval.results import ResultsFileError, read_results, write_results
 from kforge.evaluator.verdict import Verdict
@@ -26,7 +27,7 @@ from kforge.problems.record import Problem
 log = logging.getLogger("kforge.eval")
 
 
-class EvalTargetError(ValueError):
+class EvalTargetError(UserError):
     pass
 
 
@@ -44,15 +45,12 @@ def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -
 
     The run folder says where its checkpoints are (`kforge.runs.locate`, as for `kforge export`). Returns the
     target and, for a run, the run's config file (so eval uses the run's model)."""
-    from kforge.runs.locate import LocateError, is_run_or_adapter, load_run_config, locate
+    from kforge.runs.locate import is_run_or_adapter, load_run_config, locate
 
     if not is_run_or_adapter(spec, runs_dir):
         return Target(spec, None, f"base model {spec}"), None
-    try:
-        found = locate(spec, runs_dir, step)
-        config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
-    except LocateError as exc:
-        raise EvalTargetError(str(exc)) from None
+    found = locate(spec, runs_dir, step)
+    config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
     if config is not None:
         model = config.model.name
     else:

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import yaml
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.runs.folder import RunFolder
 from kforge.runs.locate import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LocateError, find_adapter, locate
 from kforge.runs.locate import load_run_config as _load_run_config
@@ -27,7 +28,7 @@ __all__ = ["ExportError", "ExportSource", "export_adapter", "export_merged", "fi
 CARD = "README.md"
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """Bad export input; the message is one line saying what, where and what to do."""
 
 

@@ -8,6 +8,7 @@ import logging
 from typing import Callable
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.runs.folder import RunFolder
 from kforge.train.placement import Plan
 from kforge.train.trainer import Parts, Trainer
@@ -15,7 +16,7 @@ from kforge.train.trainer import Parts, Trainer
 log = logging.getLogger("kforge.train")
 
 
-class SetupError(ValueError):
+class SetupError(UserError):
     """The run cannot start as configured; the message is one line for the user."""
 
 

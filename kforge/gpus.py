@@ -16,8 +16,10 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kforge.errors import UserError
 
-class GpuIndexError(ValueError):
+
+class GpuIndexError(UserError):
     """A logical GPU index that this process cannot see; the message is one line for the user."""
 
 

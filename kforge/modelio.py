@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from kforge.config.loader import ResolvedConfig
 from kforge.config.paths import cache_root
 
 
@@ -218,15 +219,17 @@ def parameter_count(name: str, gguf_file: str | None = None, trust_remote_code: 
     return embeddings + layers * (2 * h * h + 2 * h * kv + 3 * h * inter)
 
 
-def fit_context(cfg: Any, say: Any) -> None:
+def fit_context(resolved: ResolvedConfig, say: Any) -> ResolvedConfig:
     """Cap `model.max_model_len` at the model's own context: presets are written for 16k-context models,
-    and vLLM refuses a longer length than the model has. One line says so when it happens."""
+    and vLLM refuses a longer length than the model has. The capped values are a layer of their own (so
+    `config.yaml` and `config show` give what the run uses, and say why); one line says so."""
+    cfg = resolved.config
     limit = context_length(cfg.model.name, cfg.model.gguf_file, cfg.model.trust_remote_code)
     if limit is None or cfg.model.max_model_len <= limit:
-        return
+        return resolved
     # The prompt budget shrinks with it, leaving a response its max_tokens (or half the context).
     budget = min(cfg.episode.context_budget_tokens, max(limit - cfg.rollout.max_tokens, limit // 2))
     say(f"model.max_model_len {cfg.model.max_model_len} is longer than {cfg.model.name}'s context ({limit}): "
         f"using {limit}, with episode.context_budget_tokens {budget}")
-    cfg.model.max_model_len = limit
-    cfg.episode.context_budget_tokens = budget
+    return resolved.derive(f"{cfg.model.name}'s context ({limit})",
+                           {"model": {"max_model_len": limit}, "episode": {"context_budget_tokens": budget}})

@@ -9,12 +9,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from kforge.errors import UserError
+
 # A write that failed for want of room or rights, not because of a bug: worth one line, not a traceback.
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 PROBE_BYTES = 4096  # one block: on a full disk the write itself fails, not only the file's creation
 
 
-class UnwritableFolder(ValueError):
+class UnwritableFolder(UserError):
     """The folder cannot take kforge's files; the message is one line for the user."""
 
 

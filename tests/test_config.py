@@ -155,12 +155,15 @@ def test_a_preset_longer_than_the_model_context_is_capped_in_one_line(tmp_path):
 
     LlamaConfig(max_position_embeddings=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                 num_attention_heads=4, vocab_size=128).save_pretrained(tmp_path)
-    cfg = KforgeConfig()
-    cfg.model.name, cfg.model.max_model_len, cfg.rollout.max_tokens = str(tmp_path), 16384, 1024
+    resolved = resolve(overrides=[f"model.name={tmp_path}", "model.max_model_len=16384", "rollout.max_tokens=1024"])
     said: list[str] = []
-    fit_context(cfg, said.append)
+    fitted = fit_context(resolved, said.append)
+    cfg = fitted.config
     assert cfg.model.max_model_len == 2048 and cfg.episode.context_budget_tokens == 1024
     assert len(said) == 1 and "longer than" in said[0] and "(2048)" in said[0]
+    # a layer of its own, saying where the values came from; the resolved config it came from is unchanged
+    assert fitted.origin("model.max_model_len") == fitted.origin("episode.context_budget_tokens") \
+        == f"{tmp_path}'s context (2048)"
+    assert fitted.origin("model.name") == "command line" and resolved.config.model.max_model_len == 16384
     said.clear()
-    fit_context(cfg, said.append)  # fits now: nothing to say
-    assert said == []
+    assert fit_context(fitted, said.append) is fitted and said == []  # fits now: nothing to say

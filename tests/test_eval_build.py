@@ -10,6 +10,7 @@ import numpy
 import pytest
 from safetensors.numpy import save_file
 
+from kforge.errors import UserError
 from kforge.eval.build import EvalRequest, EvalSetupError, build_eval, flag_overrides
 from kforge.problems import builtin_problems
 from kforge.runs.folder import RunFolder
@@ -43,7 +44,7 @@ def test_flags_are_overrides_layered_like_train(clean_env):
     assert "episode.max_turns=1" in flags and "episode.mode=single_turn" in flags
     # The user's own episode override is not clobbered by the default of one turn.
     assert not any(f.startswith("episode.") for f in flag_overrides(user=["episode.max_turns=3"]))
-    with pytest.raises(EvalSetupError, match="--problems"):
+    with pytest.raises(UserError, match="--problems"):
         flag_overrides(problems="x-y")
 
 
@@ -187,3 +188,41 @@ def test_resume_knows_the_same_checkpoint_by_its_resolved_path_and_refuses_other
             build_eval(request(**changed, resume=True))
     res = _kforge("eval", "runs/r1", "--resume", "--turns", "2", "rollout.max_tokens=64", cwd=tmp_path)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "turns 1 there, 2 here" in res.stderr
+
+
+def test_the_results_file_has_one_writer_and_one_reader_every_caller_uses(tmp_path):
+    from kforge.eval.build import check_resumable
+    from kforge.eval.compare import CompareError, load_results
+    from kforge.eval.results import ResultsFileError, read_results, write_results
+
+    path = tmp_path / "deep" / "r.json"
+    write_results(path, _doc([_sample("1/1", True)]))
+    assert read_results(path)["samples"][0]["problem_key"] == "1/1"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"selection": {}}))  # JSON, but no summary: not a results file
+    with pytest.raises(ResultsFileError, match="bad.json: not a kforge eval results file"):
+        read_results(bad)
+    with pytest.raises(CompareError, match="not a kforge eval results file"):
+        load_results(str(bad))
+    with pytest.raises(EvalSetupError, match="bad.json: not a kforge eval results file .*pick another --out"):
+        check_resumable(bad, {})
+    with pytest.raises(ResultsFileError, match="is a folder"):
+        read_results(tmp_path)
+
+
+def test_split_summaries_go_into_the_file_through_its_writer(tmp_path):
+    from kforge.config.loader import resolve
+    from kforge.eval.meta import split_summaries
+    from kforge.eval.results import read_results
+    from kforge.eval.runner import EvalRun
+
+    meta = {"split": {"split": "all", "training_problems": ["1/1"]}}
+    run = EvalRun(resolve("tiny").config, [], tmp_path / "r.json", meta=meta)
+    run.results = {(s["problem_key"], 0): s for s in (_sample("1/1", True), _sample("1/2", False))}
+    by_split = split_summaries(meta, run)
+    doc = read_results(tmp_path / "r.json")
+    assert doc["summary_by_split"] == by_split
+    assert by_split["training problems"]["overall"]["correctness"] == 1.0
+    assert by_split["held-out problems"]["overall"]["correctness"] == 0.0
+    run.write()  # a later write (say --resume) keeps them
+    assert read_results(tmp_path / "r.json")["summary_by_split"] == by_split

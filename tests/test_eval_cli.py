@@ -120,6 +120,5 @@ def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monke
         return await real_run(self, jobs, *args, **kwargs)
 
     monkeypatch.setattr(prunner.EpisodeRunner, "run", counting_run)
-    monkeypatch.setattr("kforge.eval.runner.fit_context", lambda cfg, say: None)
     asyncio.run(run._generate_and_evaluate(FakePool()))
     assert batches == expect and len(run.results) == 6

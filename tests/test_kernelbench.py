@@ -269,6 +269,40 @@ def test_baseline_file_matches_kernelbench_format(tmp_path: Path) -> None:
     assert baseline_file.default_filename("compile") == "baseline_time_torch_compile_inductor_default.json"
 
 
+def test_a_baseline_file_is_read_by_its_module_and_judged_with_the_speedup_rule(tmp_path: Path) -> None:
+    from kforge.evaluator.judge import file_timings, judge_speed
+    from kforge.evaluator.verdict import Status, Timings, Verdict
+    from kforge.problems.record import Problem
+
+    relu, other = Problem(1, 19, "19_ReLU", "x = 1\n"), Problem(1, 20, "20_LeakyReLU", "x = 1\n")
+    path = tmp_path / "b.json"
+    doc: dict = {}
+    baseline_file.add(doc, relu, Timings(2.0, 2.0, 0.1, 1.9, 2.2, 50), "NVIDIA H100 80GB HBM3", "cuda:0")
+    baseline_file.write(path, doc)
+    read = baseline_file.read(path)
+    assert baseline_file.hardware(read) == "NVIDIA H100 80GB HBM3"
+    assert baseline_file.lookup(read, relu) == {"mean": 2.0, "std": 0.1, "min": 1.9, "max": 2.2, "num_trials": 50}
+    assert baseline_file.lookup(read, other) is None
+    with pytest.raises(ValueError, match="does not exist"):
+        baseline_file.read(tmp_path / "missing.json")
+
+    def verdict() -> Verdict:
+        v = Verdict(Status.CORRECT, timing_meaningful=True, kernel_ms=0.5)
+        v.timings = Timings(0.5, 0.5, 0.0, 0.5, 0.5, 5)
+        return v
+
+    from_file = verdict()  # the file's entry wins over the reference's own timed calls
+    judge_speed(from_file, file_timings(baseline_file.lookup(read, relu)), {"eager": [1.0, 1.0]}, "eager")
+    assert from_file.speedup == pytest.approx(4.0) and from_file.baseline.trials == 50
+    measured = verdict()  # no entry: the reference's calls in the configured mode, else eager
+    judge_speed(measured, file_timings(baseline_file.lookup(read, other)), {"eager": [1.0, 1.5]}, "compile")
+    assert measured.speedup == pytest.approx(2.5) and measured.baseline.trials == 2
+    untimed = verdict()
+    untimed.timing_meaningful = False
+    judge_speed(untimed, None, {"eager": [1.0]}, "eager")
+    assert untimed.speedup is None and untimed.baseline is None
+
+
 def test_baseline_on_cpu_says_timing_needs_a_gpu(checkout: Path, isolated, tmp_path: Path) -> None:
     from kforge.gpus import visible_ids
 

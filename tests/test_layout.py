@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "kforge"
 # Bottom to top: a package may import only packages to its left (and itself).
-LAYERS = ["jsonl", "space", "config", "gpus", "served", "modelio", "ui", "problems", "evaluator", "rollout", "policy",
+LAYERS = ["errors", "jsonl", "space", "config", "gpus", "served", "modelio", "ui", "problems", "evaluator", "rollout", "policy",
           "rag", "credit", "learner", "runs", "eval", "train", "ops", "cli", "__main__"]
 MAX_LINES = 400
 # Files allowed over the limit while a split is pending; this list may only shrink (it is empty now).
@@ -129,3 +129,175 @@ def test_the_readme_layout_lists_every_folder_and_module():
     present = {p.name for p in ROOT.iterdir()
                if (p.is_dir() and p.name != "__pycache__") or (p.suffix == ".py" and not p.name.startswith("__"))}
     assert listed == present
+
+
+# -- one module per document on disk ------------------------------------------------------------------------
+# kforge's own documents, each with the module that alone reads it raw and writes it (everyone else calls it),
+# and the spellings that name the document in a raw read or write.
+DOCUMENTS = {
+    "RAG manifest (manifest.json)": ("kforge.rag.manifest", ("manifest.json", "MANIFEST_FILE")),
+    "eval results (eval_results-*.json)": ("kforge.eval.results", ("eval_results", "summary_by_split", "out_path")),
+    "KernelBench baseline file": ("kforge.problems.baseline", ("baseline_file", "baseline_time")),
+    "run status (status.json)": ("kforge.runs.folder", ("status.json", "STATUS_FILE")),
+}
+# Every module that reads or writes a file raw (json.load/loads/dump, write_text, atomic_write_text), and the
+# files it owns. A module not listed here calls the owner's reader or writer.
+RAW_IO = {
+    "kforge.rag.manifest": "the RAG manifest",
+    "kforge.eval.results": "the eval results file",
+    "kforge.problems.baseline": "KernelBench baseline files",
+    "kforge.runs.folder": "status.json, config.yaml, metrics/checkpoints JSONL, a checkpoint's trainer state",
+    "kforge.runs.checkpoints": "the checks of a checkpoint's files (reads only)",
+    "kforge.runs.transcripts": "samples/step_N.jsonl",
+    "kforge.rag.index": "an index's entries.jsonl",
+    "kforge.jsonl": "JSONL problem sources",
+    "kforge.problems.kernelbench": "the KernelBench cache (revision.json, problem files)",
+    "kforge.problems.selfcheck": "a built-in problem's temp solution file",
+    "kforge.eval.runner": "--candidates JSONL, an adapter's PEFT adapter_config.json",
+    "kforge.learner.lora": "an adapter's PEFT adapter_config.json",
+    "kforge.learner.learner": "a learner checkpoint's meta.json",
+    "kforge.ops.export": "an exported adapter's config and model card",
+    "kforge.ops.doctor_data": "an embedder folder's sentence-transformers files",
+    "kforge.ops.doctor_runtime": "the Triton probe's script and its answer",
+    "kforge.ops.run_control": "the STOP file",
+    "kforge.train.metrics": "the W&B run id",
+    "kforge.evaluator.wire": "the child protocol's frames",
+    "kforge.evaluator.context": "the pool's secret salt",
+    "kforge.evaluator.children": "cgroup control files",
+    "kforge.evaluator.freeze": "cgroup control files",
+    "kforge.evaluator.layers": "cgroup control files",
+    "kforge.evaluator.pool": "the CUDA build cache's done marker",
+}
+
+
+def raw_io(source: str) -> list[tuple[int, str]]:
+    """(line, source text) of every raw file read or write in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        on_json = isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "json"
+        if (on_json and name in ("load", "loads", "dump")) or name in ("write_text", "atomic_write_text"):
+            found.append((node.lineno, ast.get_source_segment(source, node) or ""))
+    return found
+
+
+def stray_document_io(files: dict[str, str]) -> list[str]:
+    """Raw reads and writes outside the modules allowed them, and of a listed document outside its module."""
+    bad = []
+    for module, source in files.items():
+        for line, text in raw_io(source):
+            if module not in RAW_IO:
+                bad.append(f"{module}:{line}: {text[:80]}")
+            for document, (owner, names) in DOCUMENTS.items():
+                if module != owner and any(n in text for n in names):
+                    bad.append(f"{module}:{line}: {document} outside {owner}")
+    return sorted(bad)
+
+
+def _sources() -> dict[str, str]:
+    return {_module(p): p.read_text() for p in ROOT.rglob("*.py")}
+
+
+def test_each_document_on_disk_is_read_and_written_by_its_module_alone():
+    files = _sources()
+    assert {owner for owner, _ in DOCUMENTS.values()} <= set(RAW_IO)
+    assert set(RAW_IO) <= set(files), set(RAW_IO) - set(files)  # a module that went away leaves the list
+    assert stray_document_io(files) == []
+
+
+def test_the_document_check_sees_a_stray_reader_and_writer():
+    files = {"kforge.cli.train": "import json\nguard = json.loads(path.read_text())\n",
+             "kforge.ops.doctor_data": "m = json.loads((folder / 'manifest.json').read_text())\n",
+             "kforge.cli.rag": "atomic_write_text(run.path / STATUS_FILE, text)\n",
+             "kforge.rag.manifest": "json.loads((folder / MANIFEST_FILE).read_text())\n"}
+    assert stray_document_io(files) == [
+        "kforge.cli.rag:1: atomic_write_text(run.path / STATUS_FILE, text)",
+        "kforge.cli.rag:1: run status (status.json) outside kforge.runs.folder",
+        "kforge.cli.train:2: json.loads(path.read_text())",
+        "kforge.ops.doctor_data:1: RAG manifest (manifest.json) outside kforge.rag.manifest"]
+
+
+def test_a_verdicts_speedup_and_baseline_are_set_by_the_judging_functions_only():
+    setters = sorted({_module(p) for p in ROOT.rglob("*.py") for node in ast.walk(ast.parse(p.read_text()))
+                      if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                      for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                      if isinstance(t, ast.Attribute) and t.attr in ("speedup", "baseline")})
+    assert setters == ["kforge.evaluator.judge"]
+
+
+# -- a resolved config is never edited ------------------------------------------------------------------------
+RESOLVE_STEP = {"kforge.config.loader"}  # builds a config from its layers (a derived value is one more layer)
+
+
+def config_edits(files: dict[str, str]) -> list[str]:
+    """Assignments (and setattr) to a config's fields: `X.section.field = ...` for a section of KforgeConfig and
+    a field of it, or `cfg.field = ...`, outside the resolve step."""
+    from pydantic import BaseModel
+
+    from kforge.config.schema import KforgeConfig
+
+    sections = {name: set(info.annotation.model_fields) for name, info in KforgeConfig.model_fields.items()
+                if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)}
+
+    def edits(target: ast.expr) -> bool:
+        if not isinstance(target, ast.Attribute):
+            return False
+        owner = target.value
+        if isinstance(owner, ast.Attribute) and target.attr in sections.get(owner.attr, ()):
+            return True  # cfg.model.name, self.cfg.log.run_name, ...
+        named = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+        return named in ("cfg", "config") and target.attr in KforgeConfig.model_fields
+
+    bad = []
+    for module, source in files.items():
+        if module in RESOLVE_STEP:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Attribute) and first.attr in sections or getattr(first, "id", "") == "cfg":
+                    bad.append(f"{module}:{node.lineno}: setattr on a config")
+            bad += [f"{module}:{node.lineno}: {ast.unparse(t)} =" for t in targets if edits(t)]
+    return sorted(bad)
+
+
+def test_no_code_edits_a_resolved_config():
+    assert config_edits(_sources()) == []
+
+
+def test_the_config_check_sees_an_edit():
+    files = {"kforge.modelio": "cfg.model.max_model_len = limit\ncfg.episode.context_budget_tokens, x = 1, 2\n",
+             "kforge.eval.runner": "self.cfg.model.name = self.target.model\n",
+             "kforge.cli.train": "cfg.preset = 'x'\nsetattr(cfg.log, 'run_name', name)\n",
+             "kforge.ops.export": "merged.config.use_cache = True\nself.model.device = 'cpu'\n",
+             "kforge.config.loader": "cfg.model.name = 'resolving'\n"}
+    assert config_edits(files) == [
+        "kforge.cli.train:1: cfg.preset =", "kforge.cli.train:2: setattr on a config",
+        "kforge.eval.runner:1: self.cfg.model.name =",
+        "kforge.modelio:1: cfg.model.max_model_len =", "kforge.modelio:2: cfg.episode.context_budget_tokens ="]
+
+
+# -- one user-error type ---------------------------------------------------------------------------------------
+def test_every_domain_error_for_the_user_is_a_user_error_under_its_own_name():
+    import importlib
+
+    from kforge.errors import UserError
+
+    names = {"kforge.config.loader": "ConfigError", "kforge.rag.errors": "RagError", "kforge.gpus": "GpuIndexError",
+             "kforge.policy.prompts": "PromptError", "kforge.credit.rewards": "RewardOrderError",
+             "kforge.train.build": "SetupError", "kforge.train.placement": "PlacementError",
+             "kforge.eval.compare": "CompareError", "kforge.eval.results": "ResultsFileError",
+             "kforge.eval.runner": "EvalTargetError", "kforge.eval.build": "EvalSetupError",
+             "kforge.space": "UnwritableFolder", "kforge.problems.sources": "ProblemSourceError",
+             "kforge.runs.locate": "LocateError", "kforge.ops.export": "ExportError"}
+    for module, name in names.items():
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, UserError) and issubclass(cls, ValueError), name

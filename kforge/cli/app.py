@@ -82,8 +82,9 @@ def plain_help() -> None:
 
 
 def main(args: Optional[list[str]] = None) -> None:
-    """Run a command; a usage error is one line on stderr and exit 2, Ctrl-C exit 130."""
-    from kforge.ui.console import quiet_libraries
+    """Run a command; a usage error or a UserError is one line on stderr and exit 2, Ctrl-C exit 130."""
+    from kforge.errors import UserError
+    from kforge.ui.console import fail, quiet_libraries
 
     quiet_libraries()
     plain_help()
@@ -115,6 +116,8 @@ def main(args: Optional[list[str]] = None) -> None:
         code = exc.exit_code
     except typer.Exit as exc:
         code = exc.exit_code
+    except UserError as exc:  # raised anywhere below, reaches the user once, as it was written
+        code = fail(str(exc)).exit_code
     except aborts:
         print("interrupted", file=sys.stderr)
         code = 130

@@ -86,7 +86,8 @@ def evaluate(
     runs_dir: str = typer.Option("runs", "--runs-dir", help="where run folders live, for a run given by name"),
 ) -> None:
     """Generate + evaluate (or evaluate given kernels): correctness, fast_p, speedups, pass@k; writes JSON."""
-    from kforge.eval.build import EvalRequest, EvalSetupError, build_eval, flag_overrides
+    from kforge.errors import UserError
+    from kforge.eval.build import EvalRequest, build_eval, flag_overrides
 
     if target == "compare":  # `kforge eval compare` reaches `compare` through the app; this is the fallback
         compare(files=extra or [], all_problems=False)
@@ -97,7 +98,7 @@ def evaluate(
         flags = flag_overrides(level, problems, source, backend, temperature, turns, baseline, user)
         plan = build_eval(EvalRequest(target, user + flags, preset, config, split, samples, out, candidates, step,
                                       resume, gpus, runs_dir, dry_run))
-    except EvalSetupError as exc:
+    except UserError as exc:  # for callers that bypass main() (tests run the app directly)
         raise fail(str(exc)) from None
     if plan.target is not None:
         _check_model(plan.target.model)
@@ -154,7 +155,7 @@ def _run(plan, resume: bool) -> None:
                 raise
             raise fail(f"{why}; the samples written before are in {plan.out}: free space there, then continue "
                        "with --resume", code=1) from None
-    by_split = split_summaries(plan.out, plan.meta, run)
+    by_split = split_summaries(plan.meta, run)
     print_summary(summary, f"kforge eval · {plan.out} · {plan.meta['split']['label']}")
     for name, part in by_split.items():
         print_summary(part, f"{name} only")

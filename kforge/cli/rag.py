@@ -126,24 +126,17 @@ def build(
                 progress=progress,
                 stage=stage,
                 allow_partial=allow_partial,
+                held_out_of=_held_out_of(preset, cfg.dataset.source, protect) if protected is not None else None,
             )
         )
     except RagError as exc:
         raise fail(str(exc)) from None
-    if protected is not None:
-        _record_held_out(out_dir, preset, cfg.dataset.source, protect)
     _print_report(report)
 
 
-def _record_held_out(out_dir: Path, preset: str, source: str, protect: Optional[list[str]]) -> None:
-    """Say in the manifest whose held-out problems the index leaves out, for `kforge train` to check."""
-    from kforge.runs.folder import atomic_write_text
-
-    path = Path(out_dir) / "manifest.json"
-    manifest = json.loads(path.read_text())
-    what = {"sources": list(protect)} if protect else {"preset": preset, "source": source, "split": "test"}
-    manifest.setdefault("leak_guard", {})["held_out_of"] = what
-    atomic_write_text(path, json.dumps(manifest, indent=2))
+def _held_out_of(preset: str, source: str, protect: Optional[list[str]]) -> dict[str, object]:
+    """Whose held-out problems the index leaves out, for `kforge train` to check."""
+    return {"sources": list(protect)} if protect else {"preset": preset, "source": source, "split": "test"}
 
 
 def _protected_problems(dataset: "DatasetConfig", sources: Optional[list[str]]) -> list["Problem"]:
@@ -337,7 +330,7 @@ def info(
 ) -> None:
     """Print an index's manifest: embedder, counts, corpora with their hashes, what was dropped."""
     from kforge.rag import RagError
-    from kforge.rag.index import read_manifest
+    from kforge.rag.manifest import read_manifest
 
     folder = index if index is not None else _default_out(backend)
     try:

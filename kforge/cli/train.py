@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -12,8 +11,8 @@ import typer
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.config.loader import ConfigError, config_changes, resolve, to_yaml
-from kforge.runs.folder import (CHECKPOINTS_FILE, METRICS_FILE, STATUS_FILE, RunFolder, atomic_write_text,
-                                drop_torn_line, find_run)
+from kforge.modelio import fit_context
+from kforge.runs.folder import CHECKPOINTS_FILE, METRICS_FILE, RunFolder, drop_torn_line, find_run
 from kforge.space import UnwritableFolder, check_writable, write_failure
 from kforge.ui.console import console, fail, setup_logging
 
@@ -60,10 +59,15 @@ def train(
     changes: dict = {}
     if resume:
         run, resolved, changes = _resume_target(resume, runs_dir, extra)
-        cfg = resolved.config
     else:
         resolved = load_config(preset or "default", config, extra)
-        cfg = resolved.config
+    resolved = fit_context(resolved, lambda line: console.print(line, highlight=False, soft_wrap=True))
+    if not resume and not resolved.config.log.run_name:
+        # A preset given as a file path names the run by its file name alone: a run name is one folder name.
+        stem = Path(resolved.config.preset).stem if resolved.config.preset else "run"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        resolved = resolved.derive("generated run name", {"log": {"run_name": name}})
+    cfg = resolved.config
     _preflight(cfg, run.path.parent if resume else cfg.log.runs_dir)
     try:  # before any folder is made: a typo leaves nothing behind
         plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg))
@@ -73,12 +77,8 @@ def train(
         console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
         return
     if not resume:
-        # A preset given as a file path names the run by its file name alone: a run name is one folder name.
-        stem = Path(cfg.preset).stem if cfg.preset else "run"
-        run_name = cfg.log.run_name or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-        cfg.log.run_name = run_name
         try:
-            run = RunFolder.create(cfg.log.runs_dir, run_name, to_yaml(cfg))
+            run = RunFolder.create(cfg.log.runs_dir, cfg.log.run_name, to_yaml(cfg))
         except (FileExistsError, ValueError) as exc:
             raise fail(str(exc)) from None
     before = run.read_status()
@@ -97,7 +97,7 @@ def train(
         if resume and before.get("status") == "finished" and run.read_status().get("status") == "failed":
             # A failed attempt to extend a finished run does not make the finished run a failed one, nor
             # leave the settings it tried as the run's.
-            atomic_write_text(run.path / STATUS_FILE, json.dumps(before, indent=2))
+            run.write_status(before)
             if config_before is not None:
                 run.record_config(config_before, {"event": "undone", "why": "extending the finished run failed"})
     console.print(f"run {run.name}: {status} at step {run.summary()['steps']} -> {run.path}", highlight=False)

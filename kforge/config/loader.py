@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 
 ENV_PREFIX = "KFORGE_"
 # Environment variables with the prefix that are not config keys (read elsewhere in kforge).
@@ -27,7 +28,7 @@ ENV_PREFIX = "KFORGE_"
 RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR", "KFORGE_ROLE", "KFORGE_CPU_BF16"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad config key or value; the message is one line meant for the user."""
 
 
@@ -48,6 +49,20 @@ class ResolvedConfig:
             if _has_path(layer.data, dotted.split(".")):
                 return layer.name
         return "default"
+
+    def derive(self, origin: str, values: dict[str, Any]) -> "ResolvedConfig":
+        """This config with `values` (nested like a layer) on top as one more layer named `origin`: a value
+        derived from the others (the model's own context, a generated run name) is recorded, with where it
+        came from, before anything reads or writes the config; the config itself is never edited."""
+        if not values:
+            return self
+        layer = Layer(origin, values)
+        _check_keys(layer)
+        try:
+            config = KforgeConfig.model_validate(deep_merge(self.config.model_dump(), values))
+        except ValidationError as exc:
+            raise ConfigError(f"{origin}: {exc.errors()[0]['msg']}") from None
+        return ResolvedConfig(config, [*self.layers, layer])
 
 
 def presets_dir() -> Path:

@@ -55,12 +55,13 @@ from kforge.config.reward_order import SPEED_FLOOR, order_margin, order_problem,
 from kforge.config.schema import RewardConfig
 from kforge.credit.structure import structure_score
 from kforge.credit.templates import repeated_answers, template_stats
+from kforge.errors import UserError
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.records import Trajectory, Turn
 
 COMPONENTS = ("format", "compile", "correctness", "speed", "length", "thinking", "penalty")
 
-class RewardOrderError(ValueError):
+class RewardOrderError(UserError):
     """The reward weights would let an incorrect kernel outrank a correct one; one line for the user."""
 
 

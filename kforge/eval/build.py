@@ -5,19 +5,23 @@ and what the numbers mean. `kforge eval` only parses, calls `build_eval` and pri
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kforge.config.loader import ConfigError, resolve
+from kforge.config.loader import resolve
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
+from kforge.modelio import fit_context
+
+log = logging.getLogger("kforge.eval")
 
 SPLITS = ("test", "train", "all")
 
 
-class EvalSetupError(ValueError):
+class EvalSetupError(UserError):
     """The eval cannot start as asked; the message is one line for the user."""
 
 
@@ -67,7 +71,7 @@ def flag_overrides(level: list[int] | None = None, problems: str | None = None, 
                    baseline: Path | None = None, user: list[str] = ()) -> list[str]:
     """The command's config flags as key=value overrides (layered after the user's own, as in train).
     Without --turns an eval is single-turn unless an override sets the episode."""
-    from kforge.eval.runner import EvalTargetError, parse_id_range
+    from kforge.eval.runner import parse_id_range
 
     out: list[str] = []
     if source:
@@ -75,10 +79,7 @@ def flag_overrides(level: list[int] | None = None, problems: str | None = None, 
     if level:
         out.append(f"dataset.level=[{','.join(str(x) for x in level)}]")
     if problems is not None:
-        try:
-            lo, hi = parse_id_range(problems)
-        except EvalTargetError as exc:
-            raise EvalSetupError(str(exc)) from None
+        lo, hi = parse_id_range(problems)
         out += [f"dataset.start_problem={'null' if lo is None else lo}",
                 f"dataset.end_problem={'null' if hi is None else hi}"]
     if backend:
@@ -97,7 +98,7 @@ def flag_overrides(level: list[int] | None = None, problems: str | None = None, 
 
 def build_eval(req: EvalRequest) -> EvalPlan:
     """Resolve, select and check everything before any model or worker starts; EvalSetupError otherwise."""
-    from kforge.eval.runner import EvalTargetError, load_candidates, resolve_target
+    from kforge.eval.runner import load_candidates, resolve_target
     from kforge.problems import problems_from_config, split_runnable
     from kforge.problems.sources import ProblemSourceError
 
@@ -114,8 +115,11 @@ def build_eval(req: EvalRequest) -> EvalPlan:
         base = config_file = req.config or run_config
         # The split is the one the run (or preset) drew from its own selection, before this command's overrides.
         split_cfg = resolve(preset, base, []).config
-        cfg = resolve(preset, config_file, req.overrides).config
-    except (EvalTargetError, ConfigError, FileNotFoundError) as exc:
+        resolved = resolve(preset, config_file, req.overrides)
+        if target is not None:  # the model generating is the target's (a run's, an adapter's base, or the one named)
+            resolved = fit_context(resolved.derive("eval target", {"model": {"name": target.model}}), log.info)
+        cfg = resolved.config
+    except FileNotFoundError as exc:
         raise EvalSetupError(str(exc)) from None
     split = req.split or ("test" if run_config is not None else "all")
     try:
@@ -123,7 +127,7 @@ def build_eval(req: EvalRequest) -> EvalPlan:
         selected, trained = apply_split(selected, split, split_cfg.dataset, run_config is not None)
         selected, blocked = split_runnable(selected)
         given = load_candidates(req.candidates, selected) if req.candidates is not None else None
-    except (ProblemSourceError, EvalTargetError, ValueError) as exc:
+    except (ProblemSourceError, ValueError) as exc:
         raise EvalSetupError(str(exc)) from None
     if not selected:
         raise EvalSetupError("no problems selected: check --level, --problems, --source and --split")
@@ -156,14 +160,11 @@ def build_eval(req: EvalRequest) -> EvalPlan:
 def _require_run_config(spec: str, runs_dir: str, step: int | None) -> list[str]:
     """A run folder without its config.yaml would be evaluated with bare defaults (another context
     length, no held-out split): refuse instead. Returns the newer checkpoints that cannot be used."""
-    from kforge.runs.locate import LocateError, is_run_or_adapter, locate
+    from kforge.runs.locate import is_run_or_adapter, locate
 
     if not is_run_or_adapter(spec, runs_dir):
         return []
-    try:
-        found = locate(spec, runs_dir, step)
-    except LocateError as exc:
-        raise EvalSetupError(str(exc)) from None
+    found = locate(spec, runs_dir, step)
     if found.run is not None and not found.run.config_path.is_file():
         raise EvalSetupError(f"{found.run.config_path} is missing: the run's model, context length and held-out "
                              "split are unknown without it; restore it, or evaluate the adapter folder "
@@ -201,12 +202,12 @@ def generation_settings(cfg: KforgeConfig, samples: int) -> dict[str, Any]:
 
 def check_resumable(out: Path, selection: dict[str, Any]) -> None:
     """--resume only into a file made by the same target, split, problem selection and generation settings."""
+    from kforge.eval.results import ResultsFileError, read_results
+
     try:
-        doc = json.loads(out.read_text())
-        if not isinstance(doc, dict):
-            raise ValueError
-    except (ValueError, OSError):
-        raise EvalSetupError(f"{out} is not a kforge results file; move it away or pick another --out") from None
+        doc = read_results(out)
+    except ResultsFileError as exc:
+        raise EvalSetupError(f"{exc}; move it away or pick another --out") from None
     before = doc.get("selection")
     if not isinstance(before, dict):
         raise EvalSetupError(f"{out} does not say which target, split and problems it holds; "
@@ -261,7 +262,7 @@ def apply_split(selected: list, split: str, split_dataset: Any, is_run: bool) ->
 def parse_devices(text: str | None, generating: bool) -> list[int] | None:
     """Logical GPU indices for this eval. vLLM splits the model over every GPU it gets (tensor parallel), and
     7B/8B attention head counts do not divide by 3 or 6: generation takes one GPU unless told otherwise."""
-    from kforge.gpus import GpuIndexError, check_indices, visible_ids
+    from kforge.gpus import check_indices, visible_ids
 
     visible = visible_ids()
     if text is None:
@@ -274,8 +275,5 @@ def parse_devices(text: str | None, generating: bool) -> list[int] | None:
         raise EvalSetupError(f"--gpus {text!r}: expected GPU indices like 0 or 2,3") from None
     if not ids:
         raise EvalSetupError(f"--gpus {text!r}: expected GPU indices like 0 or 2,3")
-    try:
-        check_indices(ids, len(visible), f"--gpus {text!r}: GPU")
-    except GpuIndexError as exc:
-        raise EvalSetupError(str(exc)) from None
+    check_indices(ids, len(visible), f"--gpus {text!r}: GPU")
     return ids

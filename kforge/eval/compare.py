@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from kforge.errors import UserError
 from kforge.eval.report import outcomes_from_samples, summarize
+from kforge.eval.results import ResultsFileError, read_results
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """A file that is not a results file; the message is one line for the user."""
 
 
@@ -24,19 +24,9 @@ class Comparison:
 
 def load_results(path: str) -> dict[str, Any]:
     try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise CompareError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CompareError(f"{path} is a folder; give a results JSON file") from None
-    except (ValueError, OSError):
-        raise CompareError(f"{path}: not a kforge eval results file (not JSON)") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict) or not all(
-            isinstance(g, dict) for g in doc["summary"].values()):
-        raise CompareError(f"{path}: not a kforge eval results file (no summary of metric groups)")
-    if not isinstance(doc.get("samples", []), list):
-        raise CompareError(f"{path}: not a kforge eval results file (samples is not a list)")
-    return doc
+        return read_results(path)
+    except ResultsFileError as exc:
+        raise CompareError(str(exc)) from None
 
 
 def compare_files(path_a: str, path_b: str, all_problems: bool = False) -> Comparison:

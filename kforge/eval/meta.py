@@ -3,7 +3,6 @@ and GPU; and, with `--split all` on a run, the summary of each part."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +55,17 @@ def _baseline(cfg: Any, devices: list[int] | None) -> dict[str, Any]:
 
 
 def _file_hardware(path: Path) -> str | None:
+    from kforge.problems import baseline
+
     try:
-        doc = json.loads(path.read_text())
-        entry = next(iter(next(iter(doc.values())).values()))
-        return str(entry.get("hardware")) or None
-    except (ValueError, StopIteration, AttributeError, OSError):
+        return baseline.hardware(baseline.load(path))
+    except (ValueError, OSError):
         return None
 
 
-def split_summaries(out: Path, meta: dict[str, Any], run: Any) -> dict[str, dict]:
+def split_summaries(meta: dict[str, Any], run: Any) -> dict[str, dict]:
     """With --split all on a run: the summary of the held-out and of the training problems, added to the file."""
     from kforge.eval.report import summarize
-    from kforge.runs.folder import atomic_write_text
 
     trained = set(meta["split"]["training_problems"])
     if meta["split"]["split"] != "all" or not trained:
@@ -78,7 +76,6 @@ def split_summaries(out: Path, meta: dict[str, Any], run: Any) -> dict[str, dict
         "held-out problems": summarize([o for o in outcomes if o.problem_key not in trained], ks),
         "training problems": summarize([o for o in outcomes if o.problem_key in trained], ks),
     }
-    doc = json.loads(out.read_text())
-    doc["summary_by_split"] = by_split
-    atomic_write_text(out, json.dumps(doc, indent=1, default=str))
+    run.meta["summary_by_split"] = by_split
+    run.write()
     return by_split

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.eval.report import SampleOutcome, summarize
+from kforge.eval.results import ResultsFileError, read_results, write_results
 from kforge.evaluator.verdict import Verdict
-from kforge.modelio import fit_context
 from kforge.problems.record import Problem
-from kforge.runs.folder import atomic_write_text
 
 log = logging.getLogger("kforge.eval")
 
 
-class EvalTargetError(ValueError):
+class EvalTargetError(UserError):
     pass
 
 
@@ -46,15 +46,12 @@ def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -
 
     The run folder says where its checkpoints are (`kforge.runs.locate`, as for `kforge export`). Returns the
     target and, for a run, the run's config file (so eval uses the run's model)."""
-    from kforge.runs.locate import LocateError, is_run_or_adapter, load_run_config, locate
+    from kforge.runs.locate import is_run_or_adapter, load_run_config, locate
 
     if not is_run_or_adapter(spec, runs_dir):
         return Target(spec, None, f"base model {spec}"), None
-    try:
-        found = locate(spec, runs_dir, step)
-        config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
-    except LocateError as exc:
-        raise EvalTargetError(str(exc)) from None
+    found = locate(spec, runs_dir, step)
+    config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
     if config is not None:
         model = config.model.name
     else:
@@ -147,9 +144,9 @@ class EvalRun:
         if not self.out_path.exists():
             return 0
         try:
-            data = json.loads(self.out_path.read_text())
-        except json.JSONDecodeError:
-            raise EvalTargetError(f"{self.out_path} is not a results file (invalid JSON); move it away or pick --out") from None
+            data = read_results(self.out_path)
+        except ResultsFileError as exc:
+            raise EvalTargetError(f"{exc}; move it away or pick --out") from None
         for rec in data.get("samples", []):
             self.results[(rec["problem_key"], rec["sample"])] = rec
         return len(self.results)
@@ -189,8 +186,7 @@ class EvalRun:
             **self.meta,
             "samples": ordered,
         }
-        self.out_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.out_path, json.dumps(doc, indent=1, default=str))
+        write_results(self.out_path, doc)
 
     async def _evaluate_given(self, pool: Any) -> None:
         todo = [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
@@ -216,8 +212,6 @@ class EvalRun:
         jobs = [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
         if not jobs:
             return
-        self.cfg.model.name = self.target.model
-        fit_context(self.cfg, log.info)
         backend = make_backend(self.cfg, self.devices)
         try:
             if self.target.adapter:

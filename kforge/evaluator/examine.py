@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import signal
-import statistics
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -34,10 +33,10 @@ from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import (check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call,
-                                    timed_evidence_flags)
+                                    timed_evidence_flags, timings_from)
 from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
-from kforge.evaluator.verdict import Status, Timings, Verdict
+from kforge.evaluator.verdict import Status, Verdict
 
 
 def wants_profile(v: Verdict) -> bool:
@@ -45,13 +44,6 @@ def wants_profile(v: Verdict) -> bool:
     flag ends timing, not the question how much of the work was the candidate's), unless its child
     already broke when called again, or timing means nothing here (the Triton interpreter)."""
     return v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
-
-
-def timings_from(ms: list[float]) -> Timings | None:
-    if not ms:
-        return None
-    return Timings(median_ms=statistics.median(ms), mean_ms=statistics.fmean(ms),
-                   std_ms=statistics.pstdev(ms) if len(ms) > 1 else 0.0, min_ms=min(ms), max_ms=max(ms), trials=len(ms))
 
 
 class _Stop(Exception):

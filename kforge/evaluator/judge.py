@@ -1,4 +1,5 @@
-"""Pure judging functions of the parent: trials, evidence, timed-call samples and the timing check.
+"""Pure judging functions of the parent: trials, evidence, timed-call samples, the timing check and the
+speedup rule.
 
 No processes here: each function takes what the parent holds (reference outputs, the child's answers,
 the parent's own clock) and returns findings, so every rule is unit-tested on its own.
@@ -15,6 +16,7 @@ import torch
 
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator.compare import TrialResult, compare_outputs, identical
+from kforge.evaluator.verdict import Timings, Verdict
 
 
 @dataclass
@@ -255,3 +257,29 @@ def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gp
         reason = (f"{candidate.after_ms:.4g} ms per call from the window's end to the outputs read, the reference "
                   f"{reference.after_ms:.4g} ms: work after the window")
     return TimingCheck(max(mean_rep, floor), consistent, reason, clamped=floor > mean_rep)
+
+
+def timings_from(ms: list[float]) -> Timings | None:
+    if not ms:
+        return None
+    return Timings(median_ms=statistics.median(ms), mean_ms=statistics.fmean(ms),
+                   std_ms=statistics.pstdev(ms) if len(ms) > 1 else 0.0, min_ms=min(ms), max_ms=max(ms), trials=len(ms))
+
+
+def file_timings(entry: dict[str, float] | None) -> Timings | None:
+    """A baseline file's entry (`problems.baseline.lookup`) as Timings; the file gives no median, so the mean."""
+    if entry is None:
+        return None
+    return Timings(median_ms=entry["mean"], mean_ms=entry["mean"], std_ms=entry["std"], min_ms=entry["min"],
+                   max_ms=entry["max"], trials=int(entry["num_trials"]))
+
+
+def judge_speed(v: Verdict, file_baseline: Timings | None, reference_ms: dict[str, list[float]], mode: str) -> None:
+    """Set the verdict's baseline and speedup: a baseline file's entry first, else the reference's own timed
+    calls in `mode` (eager when that mode was not timed). Only a meaningfully timed verdict gets either."""
+    if v.timings is None or not v.timing_meaningful:
+        return
+    base = file_baseline or timings_from(reference_ms.get(mode, []) or reference_ms.get("eager", []))
+    v.baseline = base
+    if base is not None and v.kernel_ms:  # the same statistic on both sides: the mean
+        v.speedup = base.mean_ms / v.kernel_ms

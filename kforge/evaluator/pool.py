@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import json
 import queue
 import shutil
 import tempfile
@@ -28,12 +27,14 @@ from kforge.evaluator import protocol as P
 from kforge.evaluator import layers, sandbox
 from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Slot, Zygote
 from kforge.evaluator.context import PoolContext, sha
-from kforge.evaluator.examine import Examination, timings_from
+from kforge.evaluator.examine import Examination
 from kforge.evaluator.feedback import write_feedback
+from kforge.evaluator.judge import file_timings, judge_speed, timings_from
 from kforge.evaluator.own_text import candidate_error
 from kforge.evaluator.reference import ReferenceCache
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.verdict import Status, Timings, Verdict
+from kforge.problems import baseline as baseline_file
 from kforge.problems.record import Problem
 
 BACKENDS = ("triton", "cuda")
@@ -80,9 +81,7 @@ class EvalPool:
         # Runs of the reference on an evaluation's new inputs, while the candidate's child starts and imports.
         self._drawers = cf.ThreadPoolExecutor(max_workers=per_slot * len(self._slots), thread_name_prefix="kforge-draw")
         self.references = ReferenceCache(self.ctx)
-        self._baseline_file: dict[str, Any] | None = None
-        if cfg.baseline_file:
-            self._baseline_file = json.loads(Path(cfg.baseline_file).read_text())
+        self._baseline_file = baseline_file.read(Path(cfg.baseline_file)) if cfg.baseline_file else {}
         # Start the zygotes now (in parallel): their torch/triton import is the slow part.
         list(cf.ThreadPoolExecutor(max_workers=len(self._slots)).map(lambda s: s.zygote.ensure(), self._slots))
 
@@ -219,24 +218,11 @@ class EvalPool:
         drawn = self._drawers.submit(self.references.draw, slot, problem, ref, key, fresh)
         Examination(self.ctx, slot, ref, v, drawn).run(code, problem.code, backend, build_dir)
         v.run_s = time.monotonic() - t_start
-        if v.timings is not None and v.timing_meaningful:
-            base = self._file_baseline(problem) or timings_from(ref.baseline_ms.get(self.cfg.baseline, [])
-                                                                or ref.baseline_ms.get("eager", []))
-            v.baseline = base
-            if base is not None and v.kernel_ms:  # the same statistic on both sides: the mean
-                v.speedup = base.mean_ms / v.kernel_ms
+        judge_speed(v, self._file_baseline(problem), ref.baseline_ms, self.cfg.baseline)
         return self._finish(v)
 
     def _file_baseline(self, problem: Problem) -> Timings | None:
-        if not self._baseline_file:
-            return None
-        entry = self._baseline_file.get(f"level{problem.level}", {}).get(f"{problem.name}.py")
-        if not entry:
-            return None
-        mean = float(entry["mean"])
-        return Timings(median_ms=mean, mean_ms=mean, std_ms=float(entry.get("std", 0.0)),
-                       min_ms=float(entry.get("min", mean)), max_ms=float(entry.get("max", mean)),
-                       trials=int(entry.get("num_trials", 0)))
+        return file_timings(baseline_file.lookup(self._baseline_file, problem))
 
     def _build(self, problem: Problem, code: str) -> tuple[str, Verdict | None, float]:
         """Compile a CUDA candidate's load_inline extension in a sandboxed child (CPU work), cached.
@@ -282,7 +268,6 @@ class EvalPool:
     def _finish(self, v: Verdict) -> Verdict:
         if self.cpu_mode:
             v.timing_meaningful = False
-            v.speedup = None
         v.flags = sorted(set(v.flags))
         v.feedback = write_feedback(v)
         for s in self.ctx.secrets:

@@ -178,10 +178,13 @@ def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
     if not folder.is_dir():
         return [CheckResult("rag index", "fail", f"no index folder {folder} (relative to {Path.cwd()})",
                             f"{build} (or set dataset.rag_index_path to an existing index)")]
+    from kforge.rag.errors import RagError
+    from kforge.rag.manifest import embedder_of, read_manifest
+
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return [CheckResult("rag index", "fail", f"{folder}/manifest.json unreadable: {exc}", f"rebuild it: {build}")]
+        embedder, dim = embedder_of(read_manifest(folder))
+    except RagError as exc:
+        return [CheckResult("rag index", "fail", str(exc), f"rebuild it: {build}")]
     rows = []
     try:
         import kforge.rag as rag
@@ -191,11 +194,6 @@ def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
                                     "update kforge; RA-ICL prompts are not available in this version"))
     except ImportError as exc:
         rows.append(CheckResult("rag code", "fail", f"kforge.rag does not import: {exc}", "pip install 'kforge[rag]'"))
-    embedder = next((manifest[k] for k in ("embedder", "embedding_model", "embed_model", "model") if manifest.get(k)), None)
-    dim = next((manifest[k] for k in ("dim", "dimension", "embedding_dim") if isinstance(manifest.get(k), int)), None)
-    if isinstance(embedder, dict):  # `kforge rag build` writes {"name": ..., "dim": ...}
-        dim = embedder.get("dim") if isinstance(embedder.get("dim"), int) else dim
-        embedder = embedder.get("name")
     index_files = sorted(folder.glob("*.faiss")) or sorted(folder.glob("index*"))
     if not index_files:
         return rows + [CheckResult("rag index", "fail", f"{folder}: manifest but no *.faiss index file", f"rebuild: {build}")]

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import yaml
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.modelio import peft_wrapping
 from kforge.runs.folder import RunFolder
 from kforge.runs.locate import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LocateError, find_adapter, locate
@@ -28,7 +29,7 @@ __all__ = ["ExportError", "ExportSource", "export_adapter", "export_merged", "fi
 CARD = "README.md"
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """Bad export input; the message is one line saying what, where and what to do."""
 
 

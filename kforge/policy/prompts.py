@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from kforge.errors import UserError
 from kforge.policy.examples import Example, ExampleRetriever
 from kforge.problems.record import Problem
 
@@ -23,7 +24,7 @@ KERNEL_OPEN, KERNEL_CLOSE = "<KERNEL>", "</KERNEL>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
-class PromptError(ValueError):
+class PromptError(UserError):
     """The prompt cannot be built (bad option, no chat template, no examples); one line for the user."""
 
 

@@ -75,6 +75,30 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def read(path: Path) -> dict[str, Any]:
+    """A baseline file `--baseline` names: it must exist and hold levelN sections."""
+    if not path.is_file():
+        raise ValueError(f"baseline file {path} does not exist: pass a KernelBench baseline JSON "
+                         "(`kforge problems baseline` writes one)")
+    return load(path)
+
+
+def lookup(doc: dict[str, Any], problem: Problem) -> dict[str, float] | None:
+    """One problem's timings in ms (mean, std, min, max, num_trials), or None when the file lacks it."""
+    found = doc.get(f"level{problem.level}", {}).get(f"{problem.name}.py")
+    if not isinstance(found, dict) or "mean" not in found:
+        return None
+    mean = float(found["mean"])
+    return {"mean": mean, "std": float(found.get("std", 0.0)), "min": float(found.get("min", mean)),
+            "max": float(found.get("max", mean)), "num_trials": int(found.get("num_trials", 0))}
+
+
+def hardware(doc: dict[str, Any]) -> str | None:
+    """The GPU the file's first entry was timed on."""
+    first = next((e for level in doc.values() if isinstance(level, dict) for e in level.values()), None)
+    return str(first.get("hardware") or "") or None if isinstance(first, dict) else None
+
+
 def _file_id(name: str) -> int:
     head = name.split("_", 1)[0]
     return int(head) if head.isdigit() else 0

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from kforge.errors import UserError
 from kforge.jsonl import iter_objects
 from kforge.problems.record import Problem
 
@@ -39,7 +40,7 @@ _OTHER_WAYS = (
 )
 
 
-class ProblemSourceError(ValueError):
+class ProblemSourceError(UserError):
     """A problem source that cannot be read; the message is one line saying what, where and what to do."""
 
 

@@ -20,7 +20,8 @@ from kforge.rag.corpus import (
 )
 from kforge.rag.embed import Embedder, Progress
 from kforge.rag.errors import RagError
-from kforge.rag.index import FORMAT_VERSION, index_type, make_index, save_index
+from kforge.rag.index import index_type, make_index, save_index
+from kforge.rag.manifest import FORMAT_VERSION
 from kforge.rag.leak import DEFAULT_LEAK_THRESHOLD, LeakGuard, LeakReport
 from kforge.rag.text import embedding_text
 
@@ -70,6 +71,7 @@ def build_index(
     progress: Progress | None = None,
     stage: Callable[[str], None] | None = None,
     allow_partial: bool = False,
+    held_out_of: dict[str, object] | None = None,
 ) -> BuildReport:
     """Build the example index for `backend` into `out_dir` and return what happened.
 
@@ -77,7 +79,8 @@ def build_index(
     allow_partial: a requested corpus that cannot be read (offline hub, missing package) is reported and
     left out instead of failing the build; the built-in suite is never optional.
     protect: the problems the leak guard protects; None turns the guard off (the CLI passes the test
-    split of the configured problems unless --no-leak-guard).
+    split of the configured problems unless --no-leak-guard); held_out_of: whose held-out set they are
+    (recorded in the manifest for `kforge train` to check).
     progress: called with (done, total) while embedding. stage: called with the name of each step.
     """
     if backend not in BACKENDS:
@@ -166,7 +169,7 @@ def build_index(
         "index": {"type": index_type(index), "metric": "inner_product", "normalized": True},
         "corpora": [s.__dict__ for s in stats],
         "dropped": dropped,
-        "leak_guard": _leak_manifest(leak_report),
+        "leak_guard": _leak_manifest(leak_report, held_out_of),
         "notes": notes,
     }
     say(f"writing {out}")
@@ -190,10 +193,11 @@ def build_index(
     )
 
 
-def _leak_manifest(report: LeakReport | None) -> dict[str, object]:
+def _leak_manifest(report: LeakReport | None, held_out_of: dict[str, object] | None) -> dict[str, object]:
     if report is None:
         return {"enabled": False}
     return {
+        **({"held_out_of": held_out_of} if held_out_of else {}),
         "enabled": True,
         "threshold": report.threshold,
         "protected": report.protected,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kforge.errors import UserError
 
-class RagError(ValueError):
+
+class RagError(UserError):
     """A corpus, index or embedder problem; the message is one line: what, where, and what to do."""

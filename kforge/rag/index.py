@@ -5,9 +5,7 @@ A folder holds three files:
 - ``index.faiss``: exact ``IndexFlatIP`` (or ``IndexHNSWFlat`` with inner product above
   `HNSW_THRESHOLD` entries, or when asked); vectors are L2-normalised, so scores are cosine similarities;
 - ``entries.jsonl``: one corpus entry per line, in index order;
-- ``manifest.json``: written last; the embedder (name, location, dimension), the backend, the index type,
-  each corpus with its content hash and counts, what was dropped and why. A folder without a manifest is
-  not an index.
+- ``manifest.json`` (`kforge.rag.manifest`): written last. A folder without a manifest is not an index.
 """
 
 from __future__ import annotations
@@ -23,11 +21,10 @@ import numpy as np
 from kforge.rag.corpus import CorpusEntry
 from kforge.rag.embed import _require
 from kforge.rag.errors import RagError
+from kforge.rag.manifest import MANIFEST_FILE, read_manifest, write_manifest
 
 INDEX_FILE = "index.faiss"
 ENTRIES_FILE = "entries.jsonl"
-MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 1
 # Exact search over N x 384 floats stays under a few milliseconds per query up to about this size;
 # past it, HNSW keeps queries fast at a small cost in recall.
 HNSW_THRESHOLD = 100_000
@@ -73,9 +70,7 @@ def save_index(out_dir: Path, index: Any, entries: list[CorpusEntry], manifest: 
         for entry in entries:
             handle.write(json.dumps(entry.to_dict(), ensure_ascii=False) + "\n")
     os.replace(entries_tmp, out_dir / ENTRIES_FILE)
-    manifest_tmp = out_dir / (MANIFEST_FILE + tag)
-    manifest_tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(manifest_tmp, out_dir / MANIFEST_FILE)
+    write_manifest(out_dir, manifest)
 
 
 @dataclass
@@ -92,25 +87,6 @@ class StoredIndex:
     @property
     def dim(self) -> int:
         return int(self.manifest["embedder"]["dim"])
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    path = folder / MANIFEST_FILE
-    if not path.is_file():
-        hint = "the folder does not exist" if not folder.exists() else f"{MANIFEST_FILE} is missing"
-        raise RagError(
-            f"no RAG index at {folder} ({hint}): build one with `kforge rag build --out {folder}`"
-        )
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RagError(f"{path} is not valid JSON ({exc.msg}): rebuild the index with `kforge rag build`") from None
-    if manifest.get("format_version") != FORMAT_VERSION or "embedder" not in manifest:
-        raise RagError(
-            f"{path} has index format {manifest.get('format_version')!r}, this kforge reads {FORMAT_VERSION}: "
-            "rebuild it with `kforge rag build`"
-        )
-    return manifest
 
 
 def load_index(folder: Path) -> StoredIndex:

@@ -22,7 +22,8 @@ from kforge.problems.record import Problem
 from kforge.rag.corpus import CorpusEntry
 from kforge.rag.embed import Embedder, EmbedderSpec, resolve_embedder
 from kforge.rag.errors import RagError
-from kforge.rag.index import StoredIndex, load_index, read_manifest
+from kforge.rag.index import StoredIndex, load_index
+from kforge.rag.manifest import read_manifest
 from kforge.rag.text import bare_name, code_hash, embedding_text, structure_hash
 
 if TYPE_CHECKING:

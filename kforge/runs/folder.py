@@ -171,6 +171,10 @@ class RunFolder:
             record.setdefault("started", now)
         else:
             record["ended"] = now
+        self.write_status(record)
+
+    def write_status(self, record: dict[str, Any]) -> None:
+        """The one writer of status.json; also puts back a record read earlier (a failed attempt undone)."""
         atomic_write_text(self.path / STATUS_FILE, json.dumps(record, indent=2, default=_json_default))
 
     def never_stepped(self) -> bool:
@@ -208,10 +212,7 @@ class RunFolder:
     def metrics(self) -> list[dict[str, Any]]:
         """One record per step: a resumed run re-does the steps after its last checkpoint and appends them
         again, and the later record of a step wins."""
-        by_step: dict[Any, dict[str, Any]] = {}
-        for record in read_jsonl(self.path / METRICS_FILE):
-            by_step[record.get("step")] = record
-        return list(by_step.values())
+        return list({record.get("step"): record for record in read_jsonl(self.path / METRICS_FILE)}.values())
 
     def log_checkpoint(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / CHECKPOINTS_FILE, record)
@@ -361,9 +362,7 @@ def check_run_name(name: str) -> None:
 
 def list_runs(runs_dir: str | Path) -> Iterator[RunFolder]:
     root = Path(runs_dir)
-    if not root.is_dir():
-        return
-    for child in sorted(root.iterdir()):
+    for child in sorted(root.iterdir()) if root.is_dir() else []:
         if child.is_dir() and (child / STATUS_FILE).exists():
             yield RunFolder(child)
 

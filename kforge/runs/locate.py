@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kforge.errors import UserError
 from kforge.runs.checkpoints import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, ADAPTER_WEIGHTS_BIN, CHECKPOINTS_DIR,
                                      CKPT_PREFIX, checkpoint_damage, checkpoint_step)
 from kforge.runs.folder import CONFIG_FILE, STATUS_FILE, RunFolder, find_run
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "LocateError", "Located", "find_adapter", "locate"]
 
 
-class LocateError(ValueError):
+class LocateError(UserError):
     """Nothing exportable where the user pointed; the message is one line saying what to give instead."""
 
 

@@ -8,7 +8,7 @@ import logging
 from typing import Callable
 
 from kforge.config.schema import KforgeConfig
-from kforge.modelio import fit_context
+from kforge.errors import UserError
 from kforge.runs.folder import RunFolder
 from kforge.train.placement import Plan
 from kforge.train.trainer import Parts, Trainer
@@ -16,7 +16,7 @@ from kforge.train.trainer import Parts, Trainer
 log = logging.getLogger("kforge.train")
 
 
-class SetupError(ValueError):
+class SetupError(UserError):
     """The run cannot start as configured; the message is one line for the user."""
 
 
@@ -26,7 +26,6 @@ def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
     `trainer.parts` when done (also when this raises after the parts were built: they are closed here)."""
     train_set, test_set = split(cfg)
     say(f"{len(train_set)} training and {len(test_set)} held-out problems from {cfg.dataset.source}")
-    fit_context(cfg, say)
     parts = build_parts(cfg, plan, run, planned_steps(cfg, train_set), say)
     try:
         trainer = Trainer(cfg, run, plan, train_set, test_set, parts)

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 from typing import Any
 
+from kforge.errors import UserError
 from kforge.gpus import GpuIndexError, check_indices, matches, query_gpus, visible_ids
 
 ROLES = ("rollout", "learner", "eval")
 
 
-class PlacementError(ValueError):
+class PlacementError(UserError):
     pass
 
 

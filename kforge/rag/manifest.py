@@ -1,0 +1,64 @@
+"""An index folder's manifest.json: its one writer and its readers.
+
+Written last by `save_index` (after the vectors and entries it describes), in one piece: the embedder
+(name, location, dimension), the backend, the index type, each corpus with its content hash and counts,
+what was dropped and why, and the leak guard (the problems it protects and whose held-out set they are).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kforge.rag.errors import RagError
+
+MANIFEST_FILE = "manifest.json"
+FORMAT_VERSION = 1
+
+
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """Replace the manifest atomically: a reader sees the old one or the new one, never half of either."""
+    tmp = folder / f"{MANIFEST_FILE}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST_FILE)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        hint = "the folder does not exist" if not folder.exists() else f"{MANIFEST_FILE} is missing"
+        raise RagError(
+            f"no RAG index at {folder} ({hint}): build one with `kforge rag build --out {folder}`"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RagError(f"{path} is not valid JSON ({exc}): rebuild the index with `kforge rag build`") from None
+    if not isinstance(manifest, dict):
+        manifest = {}
+    embedder = manifest.get("embedder")
+    if manifest.get("format_version") != FORMAT_VERSION or not isinstance(embedder, dict) \
+            or not isinstance(embedder.get("dim"), int) or not embedder.get("name"):
+        found = manifest.get("format_version")
+        raise RagError(
+            f"{path} has index format {found!r}, this kforge reads {FORMAT_VERSION}: "
+            "rebuild it with `kforge rag build`"
+        )
+    return manifest
+
+
+def embedder_of(manifest: dict[str, Any]) -> tuple[str, int]:
+    """The embedder's name and vector dimension."""
+    return str(manifest["embedder"]["name"]), int(manifest["embedder"]["dim"])
+
+
+def leak_guard(folder: Path) -> dict[str, Any] | None:
+    """The leak guard's record (`protected` problem keys, `held_out_of`), or None when the folder holds no
+    readable manifest or an index built before the guard recorded anything."""
+    try:
+        guard = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8")).get("leak_guard")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return guard if isinstance(guard, dict) else None

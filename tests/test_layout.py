@@ -167,6 +167,7 @@ RAW_IO = {
     "kforge.evaluator.freeze": "cgroup control files",
     "kforge.evaluator.layers": "cgroup control files",
     "kforge.evaluator.pool": "the CUDA build cache's done marker",
+    "kforge.train.sft": "the warm start's record (sft.json) and its (problem, solution) pairs",
 }
 
 

@@ -8,7 +8,6 @@ GPU on a machine without one) is a row here, asked in seconds.
 
 from __future__ import annotations
 
-import json
 import netrc
 import os
 from pathlib import Path
@@ -149,17 +148,16 @@ def check_rag_leak(cfg: KforgeConfig) -> list[CheckResult]:
     the very problems the run is measured on to the prompts."""
     from kforge.problems import ProblemSourceError, problems_from_config, split_problems
 
+    from kforge.rag.manifest import leak_guard
+
     ds = cfg.dataset
-    manifest_path = Path(ds.rag_index_path or "") / "manifest.json"
-    if ds.prompt_option != "raicl" or not ds.rag_index_path or not manifest_path.is_file():
-        return []  # no index: check_rag says so
+    guard = leak_guard(Path(ds.rag_index_path)) if ds.prompt_option == "raicl" and ds.rag_index_path else None
+    if guard is None:
+        return []  # no index (check_rag says so), or one from before the leak guard recorded anything
     try:
-        guard = json.loads(manifest_path.read_text()).get("leak_guard")
         held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
-    except (ValueError, OSError, AttributeError, ProblemSourceError):
+    except (ValueError, OSError, ProblemSourceError):
         return []
-    if not isinstance(guard, dict):
-        return []  # an index from before the leak guard recorded anything: nothing to compare
     missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
     if not missing:
         return [CheckResult("rag leak guard", "pass", f"the index leaves out all {len(held_out)} held-out problems")]

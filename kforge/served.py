@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 _ENV_LOCK = threading.Lock()
+# Held while a start has put a child's variables into this process's environment: read the parent's own
+# variables (CUDA_VISIBLE_DEVICES) under it, or another thread's start shows through.
+ENV_LOCK = _ENV_LOCK
 _CLOSE = "__close__"
 
 

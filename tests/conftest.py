@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,16 @@ def clean_env(monkeypatch):
         if key.startswith("KFORGE_"):
             monkeypatch.delenv(key)
     return monkeypatch
+
+
+@pytest.fixture(autouse=True)
+def _wandb_stand_ins_stay_in_their_test():
+    """Tests put a stand-in `wandb` module at the edge (the package is not installed here): whatever a test
+    imported under that name leaves sys.modules with it, so the next test imports its own."""
+    before = sys.modules.get("wandb")
+    yield
+    if sys.modules.get("wandb") is not before:
+        if before is None:
+            sys.modules.pop("wandb", None)
+        else:
+            sys.modules["wandb"] = before

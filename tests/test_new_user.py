@@ -118,8 +118,11 @@ def test_config_yaml_records_the_values_the_run_derived_before_anything_reads_th
     import yaml
     from transformers import LlamaConfig
 
-    LlamaConfig(max_position_embeddings=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                num_attention_heads=4, vocab_size=128).save_pretrained(tmp_path / "model")
+    from transformers import LlamaForCausalLM
+
+    # Weights too: the pre-flight refuses a model folder without them before any folder is made.
+    LlamaForCausalLM(LlamaConfig(max_position_embeddings=2048, hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=1, num_attention_heads=4, vocab_size=128)).save_pretrained(tmp_path / "model")
     res = kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--plain",
                  f"model.name={tmp_path / 'model'}", f"dataset.source={tmp_path / 'missing.jsonl'}")
     assert res.returncode == 2 and "using 2048, with episode.context_budget_tokens 1952" in res.stdout

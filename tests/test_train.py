@@ -24,7 +24,9 @@ COMPARED = ["reward/mean", "reward/max", "rate/format_ok", "rate/correct", "leng
 
 def _train(runs_dir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "kforge", "train", "--runs-dir", str(runs_dir), *COMMON, *args],
+    # A resumed run keeps its own config: --preset is refused there.
+    common = [a for a in COMMON if a not in ("--preset", "tiny")] if "--resume" in args else COMMON
+    return subprocess.run([sys.executable, "-m", "kforge", "train", "--runs-dir", str(runs_dir), *common, *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -61,14 +61,7 @@ def train(
         run, resolved, changes = _resume_target(resume, runs_dir, extra)
     else:
         resolved = load_config(preset or "default", config, extra)
-    resolved = fit_context(resolved, lambda line: console.print(line, highlight=False, soft_wrap=True))
-    if not resume and not resolved.config.log.run_name:
-        # A preset given as a file path names the run by its file name alone: a run name is one folder name.
-        stem = Path(resolved.config.preset).stem if resolved.config.preset else "run"
-        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-        resolved = resolved.derive("generated run name", {"log": {"run_name": name}})
     cfg = resolved.config
-    _preflight(cfg, run.path.parent if resume else cfg.log.runs_dir)
     try:  # before any folder is made: a typo leaves nothing behind
         plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg))
     except PlacementError as exc:
@@ -76,6 +69,16 @@ def train(
     if dry_run:
         console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
         return
+    # The pre-flight asks the hub once and reads a cached model offline when it cannot be reached, so it goes
+    # before anything else reads the model's config (fitting the context would retry the hub first).
+    _preflight(cfg, run.path.parent if resume else cfg.log.runs_dir)
+    resolved = fit_context(resolved, lambda line: console.print(line, highlight=False, soft_wrap=True))
+    if not resume and not resolved.config.log.run_name:
+        # A preset given as a file path names the run by its file name alone: a run name is one folder name.
+        stem = Path(resolved.config.preset).stem if resolved.config.preset else "run"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        resolved = resolved.derive("generated run name", {"log": {"run_name": name}})
+    cfg = resolved.config
     if not resume:
         try:
             run = RunFolder.create(cfg.log.runs_dir, cfg.log.run_name, to_yaml(cfg))

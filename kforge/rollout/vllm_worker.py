@@ -34,7 +34,7 @@ from typing import Any
 
 from kforge.rollout.adapters import AdapterLeases
 from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
-from kforge.served import ServedError, ServedProcess
+from kforge.served import ENV_LOCK, ServedError, ServedProcess
 
 DEFAULT_ENGINE = "kforge.rollout.vllm_worker:VLLMEngine"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -183,7 +183,10 @@ def child_env(devices: list[int] | None) -> dict[str, str]:
     }
     if devices is not None:
         try:
-            env["CUDA_VISIBLE_DEVICES"] = child_visible_devices(devices)
+            # Under the lock: replicas start side by side, and a start sets its engine's CUDA_VISIBLE_DEVICES in
+            # this process's environment meanwhile (a replica once read another's two GPUs as the machine's).
+            with ENV_LOCK:
+                env["CUDA_VISIBLE_DEVICES"] = child_visible_devices(devices)
         except GpuIndexError as exc:
             raise BackendError(f"rollout GPUs {devices}: {exc}") from None
     if importlib.util.find_spec("flashinfer") is None and "VLLM_USE_FLASHINFER_SAMPLER" not in os.environ:

@@ -44,16 +44,6 @@ def _table(heads: tuple[str, ...], rows: list[tuple]) -> None:
         print(" | ".join(str(x).ljust(w) for x, w in zip(r, widths)))
 
 
-def _remove_replay_table() -> None:
-    """The segment replay_publish.py makes outlives its child where children share the host's IPC namespace."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    shmid = libc.shmget(0x6B667270, 0, 0)
-    if shmid >= 0:
-        libc.shmctl(shmid, 0, None)  # IPC_RMID
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true")
@@ -152,7 +142,7 @@ def main() -> int:
             bad += after != "yes"
         # Every evaluation independent (threat model item 7): the replay pair in order on one pool, an honest
         # evaluation that publishes its (input, output) pairs in System V shared memory, then one that replays them.
-        _remove_replay_table()
+        m.remove_replay_table()
         replay = [a for a in m.ATTACKS if a.file in ("replay_publish.py", "replay.py")]
         t0 = time.monotonic()
         for a in replay:
@@ -164,7 +154,7 @@ def main() -> int:
                          f"{v.speedup:.2f}" if v.speedup is not None else "-", f"{time.monotonic() - t0:.1f}",
                          "ok" if ok else "MISMATCH", survived("bare")))
             print(" | ".join(rows[-1]), flush=True)
-        _remove_replay_table()
+        m.remove_replay_table()
         _table(("candidate", "mode", "backend", "expected", "got", "flags", "speedup", "s from submit", "check",
                 "pool ok after / coverage"), rows)
     finally:

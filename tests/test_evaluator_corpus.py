@@ -341,16 +341,6 @@ def test_library_laundering_is_refused_below_the_interpreter(pools: _Pools, name
     assert lockdown["seccomp"][0] and lockdown["landlock"][0] and lockdown["killed_leftovers"], lockdown
 
 
-def _remove_replay_table() -> None:
-    """The segment replay_publish.py makes outlives its child when children share the host's IPC namespace."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    shmid = libc.shmget(0x6B667270, 0, 0)
-    if shmid >= 0:
-        libc.shmctl(shmid, 0, None)  # IPC_RMID
-
-
 def test_one_evaluation_cannot_hand_its_answers_to_a_later_one(pools: _Pools) -> None:
     """replay_publish.py (honest) publishes the pairs it saw through System V shared memory; replay.py,
     evaluated after it on the same problem, answers from them and computes nothing. It was `correct` with
@@ -358,7 +348,7 @@ def test_one_evaluation_cannot_hand_its_answers_to_a_later_one(pools: _Pools) ->
     every evaluation. With the in-process layers off (ctypes is theirs to refuse) it must not be correct."""
     pool = pools["bare"]
     by_file = {a.file: a for a in ATTACKS}
-    _remove_replay_table()
+    _manifest.remove_replay_table()
     try:
         first = pool.submit(make_problem("relu"), by_file["replay_publish.py"].code()).result(timeout=120)
         assert first.correct, (first.status, first.flags, first.error)
@@ -367,11 +357,9 @@ def test_one_evaluation_cannot_hand_its_answers_to_a_later_one(pools: _Pools) ->
         assert _manifest.matches(by_file["replay.py"].expect["bare"], again), (again.status, again.flags)
         # Each defence on its own: the segment died with the publisher's IPC namespace (the host has none),
         assert again.details["sandbox"]["namespaces"] & sandbox.CLONE_NEWIPC
-        import ctypes
-
-        assert ctypes.CDLL(None).shmget(0x6B667270, 0, 0) < 0, "a child's System V segment outlived it"
+        assert _manifest.replay_table_id() < 0, "a child's System V segment outlived it"
     finally:
-        _remove_replay_table()
+        _manifest.remove_replay_table()
 
 
 def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:

@@ -425,3 +425,22 @@ COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("../attacks/decoy_canary.py", "relu", "triton", (0.0, 0.6), ""),
             ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]
+
+
+REPLAY_KEY = 0x6B667270  # the System V key replay_publish.py and replay.py share (their KEY)
+
+
+def replay_table_id() -> int:
+    """The id of the segment replay_publish.py made in this (the host's) IPC namespace, or -1."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).shmget(REPLAY_KEY, 0, 0)
+
+
+def remove_replay_table() -> None:
+    """The segment replay_publish.py makes outlives its child where children share the host's IPC namespace."""
+    import ctypes
+
+    shmid = replay_table_id()
+    if shmid >= 0:
+        ctypes.CDLL(None, use_errno=True).shmctl(shmid, 0, None)  # IPC_RMID

@@ -629,6 +629,25 @@ def test_outputs_no_kernel_of_the_candidates_wrote_are_flagged() -> None:
     assert honest["outputs_unwritten"] == 0 and flags_from_evidence([honest]) == []
 
 
+def test_a_small_output_pytorch_finished_is_judged_by_who_did_the_gpu_work() -> None:
+    """An honest loss kernel sums on the GPU into an accumulator and returns `acc / n`: PyTorch made the output
+    (4 bytes), its kernel did the work. Flagged as output_not_from_kernel on an H200 before; now such an output
+    is counted apart, and the profiled call's coverage decides."""
+    from kforge.evaluator.guard import EPILOGUE_RATIO, Launch, summarize
+    from kforge.evaluator.judge import EPILOGUE_MIN_SHARE, finished_elsewhere_flags, flags_from_evidence
+
+    inputs = [(0, 4096), (4096, 8192)]
+    loss = Launch(True, "loss_kernel", [(0, 4096), (4096, 8192), (9000, 9004)])  # p, t -> acc
+    ev = summarize([loss], inputs + [(9100, 9104)], [(9100, 9104)])  # the output: acc / n, made by PyTorch
+    assert ev["outputs_unwritten"] == 0 and ev["outputs_finished"] == 1 and flags_from_evidence([ev]) == []
+    assert finished_elsewhere_flags([ev], 0.97) == [] and finished_elsewhere_flags([ev], None) == []
+    assert finished_elsewhere_flags([ev], EPILOGUE_MIN_SHARE / 2) == ["output_not_from_kernel"]
+    # An output as big as the inputs made by PyTorch is flagged at once, whatever the coverage.
+    size = 8192 // EPILOGUE_RATIO + 1
+    big = summarize([loss], inputs + [(20000, 20000 + size)], [(20000, 20000 + size)])
+    assert big["outputs_unwritten"] == 1 and "output_not_from_kernel" in flags_from_evidence([big])
+
+
 def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_copy_out() -> None:
     """weakref_callback.py's mechanism, in-process: forward returns an uncomputed output and hangs the work on a
     WeakIdRef callback of its input. The harness once let the inputs go (`del inputs`) before the copy-out, so

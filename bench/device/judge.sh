@@ -14,6 +14,10 @@
 #   ab6         the same 6, this checkout against the one in .evalcarry/base, interleaved (before/after)
 #   throughput  all level-1 candidates of bench/eval_throughput.py, cold then warm
 #   baseline    `kforge problems baseline` over level 1 (time limit: BASELINE_S, default 300)
+#   reuse       the throughput candidates twice in one pool (the second round: every reference cached), with one
+#               draw of inputs for all evaluations (inputs_reuse 1000000) and with fresh inputs for each (1)
+#   repeat      bench/repeatability.py: 8 big-input kernels (Triton and CUDA), 3 `kforge check`s each and a pool run
+#   only        the corpus rows of the files in ONLY (e.g. ONLY=skewed_timing.py): a second look at one case
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -44,7 +48,16 @@ for s in "$@"; do
     baseline) run baseline_l1 "${BASELINE_S:-300}" python3 -m kforge problems baseline --level 1 --source $KB \
                 --out "$OUT/baseline_l1.json"
               tail -n 5 "$OUT/baseline_l1.log" ;;
-    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline)" ;;
+    reuse) for n in 1000000 1; do
+             run "reuse_$n" 590 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --repeat 2 \
+               --inputs-reuse $n --cache-dir "/tmp/kc-reuse-$n"
+             tail -n 12 "$OUT/reuse_$n.log" | cut -c1-250
+           done ;;
+    repeat) run repeat 1500 python3 bench/repeatability.py --problems $KB --checks 3 --cache-dir /tmp/kc-repeat
+            tail -n 16 "$OUT/repeat.log" | cut -c1-250 ;;
+    only) run only 300 python3 bench/gpu_evaluator_corpus.py --only "${ONLY:?ONLY=file.py}" --cache-dir /tmp/kc-only
+          grep -E "MISMATCH|as expected|attacks/" "$OUT/only.log" | cut -c1-220 ;;
+    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only)" ;;
   esac
 done
 cat "$OUT/summary.txt"

@@ -32,8 +32,8 @@ from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
-from kforge.evaluator.judge import (check_samples, check_timing, judge_trials, meta_mismatch, parent_ms_per_call,
-                                    timed_evidence_flags, timings_from)
+from kforge.evaluator.judge import (check_samples, check_timing, finished_elsewhere_flags, judge_trials,
+                                    meta_mismatch, parent_ms_per_call, timed_evidence_flags, timings_from)
 from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Verdict
@@ -64,6 +64,7 @@ class Examination:
         self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
         self.profiled = False  # coverage came from one of the timed calls
         self.answered = False  # a call ran to its answer: the one thing that shows the code compiled
+        self.trial_evidence: list[dict[str, Any]] = []  # per trial, what the child reported of its launches
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
         self.problem_code = problem_code
@@ -178,6 +179,7 @@ class Examination:
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
         self.durations["correctness_s"] = time.monotonic() - t0
+        self.trial_evidence = evidence
         f = judge_trials(ref.trials, answers, ref.outputs, evidence + self.ready_evidence, self.cfg)
         v = self.v
         v.trials, v.trials_passed = f.total, f.passed
@@ -218,6 +220,9 @@ class Examination:
             self.profiled = True
             cov = answers[profile_at].get("coverage")
             self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
+            if flags := finished_elsewhere_flags(self.trial_evidence, self.v.coverage):
+                self.v.flags += flags
+                self.v.details["reason"] = "PyTorch made an output and did most of the GPU work"
         mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
         if mismatch:
             self.v.flags.append("timed_output_mismatch")

@@ -301,16 +301,25 @@ def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
     return proxy
 
 
+# An output this many times smaller than the call's inputs that no kernel of the candidate's wrote is a result
+# PyTorch finished (a loss's sum divided by its count), not work PyTorch did instead of the kernels: it is
+# counted apart, and the parent asks the profiled call's GPU time who did the work (judge.EPILOGUE_MIN_SHARE).
+EPILOGUE_RATIO = 64
+
+
 def summarize(launches: list[Launch], trial_ranges: list[tuple[int, int]],
               out_ranges: list[tuple[int, int]] | None = None) -> dict[str, int]:
     """Launch evidence for one call: the candidate's kernels that touched the call's tensors, the rest, and
     how many outputs no kernel of the candidate's was handed (or returned): PyTorch made those, whatever
-    kernel ran before (a copy kernel, then `nn.Softmax(dim=-1)(y)`)."""
+    kernel ran before (a copy kernel, then `nn.Softmax(dim=-1)(y)`). Small ones (EPILOGUE_RATIO) apart."""
     def touches(launch: Launch, ranges: list[tuple[int, int]]) -> bool:
         return any(a < e and s < b for a, b in launch.ranges for s, e in ranges)
 
+    outs = out_ranges or []
+    in_bytes = sum(e - s for s, e in trial_ranges if (s, e) not in outs)
     own = [launch for launch in launches if launch.candidate]
     on_data = sum(1 for launch in own if touches(launch, trial_ranges))
-    unwritten = sum(1 for r in out_ranges or [] if not any(touches(launch, [r]) for launch in own))
+    unwritten = [r for r in outs if not any(touches(launch, [r]) for launch in own)]
+    small = sum(1 for s, e in unwritten if (e - s) * EPILOGUE_RATIO <= in_bytes)
     return {"kernels": len(own), "kernels_on_data": on_data, "foreign": len(launches) - len(own),
-            "outputs_unwritten": unwritten}
+            "outputs_unwritten": len(unwritten) - small, "outputs_finished": small}

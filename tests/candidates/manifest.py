@@ -96,8 +96,30 @@ def get_init_inputs():
     return []
 '''
 
+MSE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        return torch.mean((predictions - targets) ** 2)
+
+
+def get_inputs():
+    # 4 MB per input: on a GPU the sum kernel outlasts PyTorch's one-value division, as at KernelBench's sizes
+    return [torch.randn(1024, 1024), torch.randn(1024, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 PROBLEMS = {"relu": (1, 9001, "9001_Tiny_ReLU", RELU), "scale": (1, 9002, "9002_Tiny_Scale", SCALE),
-            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU), "softmax": (1, 9005, "9005_Tiny_Softmax", SOFTMAX)}
+            "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU), "softmax": (1, 9005, "9005_Tiny_Softmax", SOFTMAX),
+            "mse": (1, 9006, "9006_Small_MSELoss", MSE)}
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,8 @@ class Case:
 
 CASES = [
     Case("relu_correct.py", "relu", "correct", correct=True),
+    Case("loss_correct.py", "mse", "correct", correct=True,
+         notes="a one-value result PyTorch finished (acc / n): the kernel did the work"),
     Case("scale_correct.py", "scale", "correct", correct=True, notes="reference weights copied into ModelNew"),
     Case("ordinary_gelu.py", "tanh_gelu", "correct", correct=True,
          notes="two kernels, a jit helper, views, math.sqrt(2 / pi) in the launch arguments"),
@@ -325,6 +349,11 @@ ATTACKS = [
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "
            "the clock", item=3, gpu={"bare": "correct+timing_inconsistent|correct+bounded"}),
+    Attack("copy_then_torch_loss.py", {"all": "correct", "bare": "correct"},
+           "a copy kernel the answer depends on, then PyTorch's own loss of the copy: a small output PyTorch made, "
+           "as an honest loss's `acc / n` is; the profiled call's GPU time decides, so only a GPU tells them apart "
+           "(on a CPU nothing is measured: a gap the README names)", problem="mse", item=3,
+           gpu={"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"}),
     Attack("count_profile.py", {"all": "correct+timed_call_without_kernel", "bare": "correct+timed_call_without_kernel"},
            "counting calls, PyTorch alone answers the timed calls and a spin kernel pads the call it expects to be "
            "profiled: every timed call now carries its own launch evidence, and the profiled call is one of the "

@@ -30,6 +30,8 @@ _owed = [0.0, 0]
 
 def _skewed(self, req):
     msg = _timed(self, req)
+    if msg["ms"] is None:  # the profiled call reports no time: leave it be (adding None broke this attack on a GPU)
+        return msg
     _owed[0] += msg["ms"]
     _owed[1] += 1
     if _owed[1] % 3:

@@ -110,6 +110,7 @@ def test_a_stage_shows_while_it_runs_and_the_next_steps_rollouts_outlast_this_st
         dash.set_stage("learn")
         dash.set_stage("rollout + eval", 8, step=2)
         dash.advance(3, stage="rollout + eval")
+        assert "stage learn, rollout + eval 3/8 |" in shown(dash)
         dash.end_step(1, METRICS, 1.0)
         assert "stage rollout + eval 3/8 |" in shown(dash)
         dash.end_stage("rollout + eval")

@@ -175,7 +175,7 @@ class Dashboard:
         self._last_plain = now
         with self._lock:
             m = self.last_metrics
-            stages = " + ".join(f"{name} {done}/{total}" if total else name
+            stages = ", ".join(f"{name} {done}/{total}" if total else name
                                 for name, (done, total, _) in self.stages.items()) or self.idle
         parts = [f"step {self.step}/{self.total_steps}", f"stage {stages}"]
         for key, label in (("reward/mean", "reward"), ("rate/correct", "correct"), ("fast_1", "fast_1"),

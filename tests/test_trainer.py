@@ -344,3 +344,34 @@ def test_the_event_loop_keeps_serving_while_a_slow_write_runs(tmp_path, monkeypa
     if what == "adapter":  # the sync's parts are timed: here the learner's write is the slow part
         synced = [m for m in metrics if m["time/sync_s"] > 0]  # a step whose learner skipped syncs nothing
         assert synced and all(m["time/sync_save_s"] >= write_s and m["time/sync_load_s"] < write_s for m in synced)
+
+
+def test_the_dashboard_shows_each_stage_while_it_runs_and_ends_on_the_last_step(tmp_path):
+    """Pipelined, the next step's rollouts run while this step learns: both show. The optimiser step's stage
+    ends with it (the sync, held-out eval and checkpoint after it show as themselves, not as `learn`), and the
+    run ends on its last step done, with no stage left under way."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kforge.ui.dashboard import Dashboard
+
+    class Recording(Dashboard):
+        def _refresh(self) -> None:
+            seen.append({name: tuple(s) for name, s in self.stages.items()})
+
+    seen: list[dict] = []
+    cfg = make_cfg(eval_every=2)
+    problems = builtin_problems()[:3]
+    runner = EpisodeRunner(FakeEngine(), FakeBuilder(problems), FakePool(0.2).evaluate, cfg, VerdictCache())
+    trainer = Trainer(cfg, RunFolder.create(tmp_path, "r", to_yaml(cfg)), SPLIT, problems[:2], problems[2:],
+                      Parts(FakeLearner(step_s=0.5), FakePool(0.2), runner, shares_model=False))
+    with Recording(Console(file=StringIO(), width=200), "r", trainer.total_steps, "p", live=False) as dash:
+        trainer.dashboard = dash
+        assert asyncio.run(trainer.run_async()) == "finished"
+    assert any({"learn", "rollout + eval"} <= set(stages) for stages in seen)  # the overlap, both shown
+    assert any(stages.get("held-out eval", (0,))[0] == 1 for stages in seen)  # its own stage, with progress
+    for stages in seen:
+        assert not ({"learn"} & set(stages) and {"sync adapter", "held-out eval", "checkpoint"} & set(stages)), stages
+        assert all(total == 0 or done <= total for done, total, _ in stages.values()), stages
+    assert dash.stages == {} and dash.idle == f"step {trainer.total_steps} done"

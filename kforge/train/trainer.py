@@ -21,6 +21,7 @@ error ends the run as `failed` with the reason in status.json; when the learner'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,7 @@ from kforge.train.placement import Plan
 from kforge.train.stopflag import StopFlag
 
 log = logging.getLogger("kforge.train")
+ROLLOUTS = "rollout + eval"  # the dashboard's name for a step's rollouts and their evaluation
 
 
 @dataclass
@@ -136,13 +138,15 @@ class Trainer:
                 if self.pipelined and step < self.total_steps:
                     pending = self._start_rollouts(step + 1)  # on the current adapter, while it learns
                 learned = await self._watched(learning, step, "learn", self._learner_waits)
-                times.sync_s = await self._off_loop(self._sync_adapter, None, times)  # 4. the new adapter to the engine
+                with self._stage("sync adapter"):  # 4. the new adapter to the engine
+                    times.sync_s = await self._off_loop(self._sync_adapter, None, times)
                 self.step = step
                 metrics = step_metrics(step, self.sampler.epoch, rollouts, credit, learned, times.__dict__,
                                        self.levels, self.cfg.log.per_level_metrics, self.restarts, self.plan)
                 metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
                                                    self._rollout_waits))  # 5. log (held-out eval on its cadence)
-                metrics.update(await self._off_loop(self._scheduled_checkpoint, step))  # 6. checkpoint on its schedule
+                with self._stage("checkpoint"):  # 6. checkpoint on its schedule
+                    metrics.update(await self._off_loop(self._scheduled_checkpoint, step))
                 metrics.update(peaks.take())
                 metrics["time/step_s"] = time.time() - t0
                 await self._log(step, metrics, rollouts.trajectories, sinks)
@@ -232,14 +236,21 @@ class Trainer:
     async def _rollouts(self, step: int, batch: list[Problem]) -> Rollouts:
         seed = step_seed(self.cfg.dataset.seed, step)
         seed_everything(seed)
-        if self.dashboard is not None:
-            self.dashboard.set_stage("rollout + eval", total=len(batch) * self.cfg.dataset.group_size * self.cfg.turns)
         group = self.cfg.dataset.group_size
-        try:
-            return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
-        except BackendError as exc:
-            self._restart_backend(exc, step)
-            return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
+        # Tagged with its step: pipelined, it runs while the step before learns, and outlasts that step's end.
+        with self._stage(ROLLOUTS, len(batch) * group * self.cfg.turns, step):
+            try:
+                return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
+            except BackendError as exc:
+                self._restart_backend(exc, step)
+                return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed,
+                                                          self._on_turn)
+
+    def _stage(self, name: str, total: int = 0, step: int | None = None) -> Any:
+        """The dashboard shows `name` while the block runs (and its progress out of `total`)."""
+        if self.dashboard is None:
+            return contextlib.nullcontext()
+        return self.dashboard.stage(name, total, step)
 
     def _restart_backend(self, exc: Exception, step: int) -> None:
         """A dead rollout worker is started again with the current adapter and the step's rollouts are
@@ -260,7 +271,7 @@ class Trainer:
     def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None:
         if self.dashboard is None:
             return
-        self.dashboard.advance()
+        self.dashboard.advance(stage=ROLLOUTS)
         v = turn.verdict
         status = v.status.value if v is not None else "format_error"
         detail = f"x{v.speedup:.2f}" if v is not None and v.speedup else (",".join(v.flags) if v and v.flags else "")
@@ -278,9 +289,12 @@ class Trainer:
         return samples, {**stats, **templates}
 
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
+        # Over when the optimiser step is: the sync, held-out eval and checkpoint after it have their own.
+        with self._stage("learn"):
+            return await self._learn_step(samples, times)
+
+    async def _learn_step(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         t0 = time.time()
-        if self.dashboard is not None:
-            self.dashboard.set_stage("learn", total=1)
         if not samples:
             log.warning("step %d: no sample with a non-zero advantage; optimiser step skipped", self.step + 1)
             return {"learner/skipped": 1.0}
@@ -331,7 +345,11 @@ class Trainer:
         if not (every and step % every == 0 and self.test_problems):
             return {}
         seed = step_seed(self.cfg.dataset.seed, step, "held-out")
-        rollouts = await self.parts.runner.run_groups(self.test_problems, 1, self.parts.learner.version, seed)
+        on_turn = ((lambda _trajectory, _turn: self.dashboard.advance(stage="held-out eval"))
+                   if self.dashboard is not None else None)
+        with self._stage("held-out eval", len(self.test_problems) * self.cfg.turns, step):
+            rollouts = await self.parts.runner.run_groups(self.test_problems, 1, self.parts.learner.version, seed,
+                                                          on_turn)
         return held_out_metrics(rollouts.trajectories, self.levels)
 
     async def _log(self, step: int, metrics: dict[str, Any], trajectories: list[Trajectory], sinks: MetricSinks) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from typing import Any, Iterator
 
 import typer
 from rich.console import Console
+from rich.file_proxy import FileProxy
 from rich.logging import RichHandler
 
 # Off a terminal (a pipe, a log file, CI) Rich would cut every line at 80 columns: model names and paths
@@ -83,3 +86,50 @@ def setup_logging(level: str = "INFO") -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
+
+
+def _writes_to_terminal(handler: logging.Handler) -> bool:
+    if isinstance(handler, RichHandler):
+        return handler.console.is_terminal
+    if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
+        return False
+    stream = handler.stream
+    if isinstance(stream, FileProxy):  # already printed through a console
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or closed
+        return False
+
+
+@contextlib.contextmanager
+def logs_above(console: Console) -> Iterator[None]:
+    """While a Live view on `console` owns the terminal, every log handler that writes to the terminal (ours
+    on the stderr console, a library's StreamHandler bound to the terminal before the view began) prints
+    through `console` instead, so Rich puts its lines above the view. Written past the view, a line moves
+    the cursor from where the view's next frame starts: the frame above stays on screen and the line is
+    drawn over. Handlers writing to files (the run's log) are left alone."""
+    loggers: list[Any] = [logging.getLogger()]
+    loggers += [lg for lg in list(logging.Logger.manager.loggerDict.values()) if isinstance(lg, logging.Logger)]
+    undo: list[tuple[logging.Handler, str, Any]] = []
+    for lg in loggers:
+        for handler in list(lg.handlers):
+            if not _writes_to_terminal(handler):
+                continue
+            if isinstance(handler, RichHandler):
+                if handler.console is not console:
+                    undo.append((handler, "console", handler.console))
+                    handler.console = console
+            else:
+                assert isinstance(handler, logging.StreamHandler)
+                undo.append((handler, "stream", handler.stream))
+                handler.setStream(FileProxy(console, handler.stream))
+    try:
+        yield
+    finally:
+        for handler, attr, old in reversed(undo):
+            if attr == "console":
+                handler.console = old  # type: ignore[attr-defined]
+            else:
+                handler.flush()
+                handler.setStream(old)  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 from fake_parts import FakeBuilder, FakeEngine, FakeLearner, FakePool
@@ -290,10 +291,10 @@ class _SlowWriter(FakeLearner):
         super().__init__(step_s=0.05)
         self.write_s, self.what = write_s, what
 
-    def save_adapter(self, path):
+    def save_adapter(self, path, dtype=None):
         if self.what == "adapter" and self.version >= 1:
             time.sleep(self.write_s)
-        super().save_adapter(path)
+        super().save_adapter(path, dtype)
 
     def save_checkpoint(self, path):
         if self.what == "checkpoint" and self.version >= 1:
@@ -344,3 +345,19 @@ def test_the_event_loop_keeps_serving_while_a_slow_write_runs(tmp_path, monkeypa
     if what == "adapter":  # the sync's parts are timed: here the learner's write is the slow part
         synced = [m for m in metrics if m["time/sync_s"] > 0]  # a step whose learner skipped syncs nothing
         assert synced and all(m["time/sync_save_s"] >= write_s and m["time/sync_load_s"] < write_s for m in synced)
+
+
+def test_a_run_writes_its_engine_copies_to_shm_and_removes_them_at_the_end(tmp_path):
+    from kforge.rollout import adapters
+
+    learner = FakeLearner(step_s=0.0)
+    trainer = make_trainer(tmp_path, make_cfg(), learner, FakePool(0.0))
+    root = trainer._copies.root
+    assert root.parent == adapters.SHM  # the conftest's stand-in for /dev/shm
+    loaded: list[str] = []
+    real = trainer.parts.backend.load_adapter
+    trainer.parts.backend.load_adapter = lambda path, version: (loaded.append(path), real(path, version))[1]
+    assert asyncio.run(trainer.run_async()) == "finished"
+    assert loaded and all(Path(p).parent == root for p in loaded)
+    assert not root.exists()  # removed at the end of the run
+    assert not (trainer.run.path / "adapters").exists()

@@ -189,6 +189,12 @@ def test_varlen_leaves_padded_rows_and_generation_to_sdpa():
     ref = small_model("llama", "sdpa")
     assert varlen.install(model) and model.config._attn_implementation == varlen.NAME
     assert not varlen.install(small_model("llama", "eager"))  # eager handles packed rows itself
+    from transformers import MistralConfig, MistralForCausalLM
+
+    windowed = MistralForCausalLM(MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                                sliding_window=8))
+    assert not varlen.install(windowed)  # its windows come from sdpa's mask: left as it is
     data = samples()
     batch = collate(data, [0, 1, 2], 0, torch.device("cpu"))
     with torch.no_grad():
@@ -238,3 +244,16 @@ def test_both_forms_of_torchs_varlen_kernel_get_a_causal_call_with_the_right_hea
     torch.testing.assert_close(logp[mask], ref_logp[mask], rtol=1e-5, atol=1e-5)
     for g, ref in zip(grads, ref_grads):
         torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_the_mask_is_dropped_only_for_a_forward_without_padding_or_cache():
+    from transformers.masking_utils import sdpa_mask
+
+    assert varlen._mask(batch_size=1, q_length=6, kv_length=6, q_offset=0, kv_offset=0, attention_mask=None,
+                        allow_is_causal_skip=False, device="cpu") is None
+    # A cache (queries after position 0, keys longer than queries) keeps sdpa's mask, padding too.
+    for args in (dict(q_length=2, kv_length=8, q_offset=4, attention_mask=None),
+                 dict(q_length=6, kv_length=6, q_offset=0, attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]]))):
+        args = dict(batch_size=1, kv_offset=0, allow_is_causal_skip=False, device="cpu", **args)
+        expected = sdpa_mask(**args)
+        assert expected is not None and torch.equal(varlen._mask(**args), expected)

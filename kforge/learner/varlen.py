@@ -8,13 +8,14 @@ runs causal attention per sample span:
 
 - on a GPU with bf16/fp16 activations: ``torch.nn.attention.varlen.varlen_attn`` (torch's own flash
   kernel over cumulative sequence lengths), when this torch has it (2.9 on; both of its call forms);
-- elsewhere: sdpa with ``is_causal`` on each span in turn (the same numbers as the dense mask).
+- elsewhere (or with attention dropout): sdpa with ``is_causal`` on each span in turn (the same numbers
+  as the dense mask).
 
 The spans come from the ``cu_seq_lens_q``/``max_length_q`` keyword arguments that ``collate_packed``
 passes to the model's forward (transformers hands them down to every attention layer, and a
 recomputed layer gets them again), else from the position_ids restarting at 0. Everything else (a
-padding mask, a KV cache, generation, dropout, sliding windows) goes to transformers' sdpa unchanged,
-so a rollout backend sharing the model generates exactly as before.
+padding mask, a KV cache, generation) goes to transformers' sdpa unchanged, so a rollout backend
+sharing the model generates exactly as before. Models with sliding windows keep sdpa (``install``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def spans(kwargs: dict, batch: int, length: int, device: torch.device) -> tuple[
     return cu, int((cu[1:] - cu[:-1]).max())
 
 
-def _per_span(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scaling: float | None) -> Tensor:
+def _per_span(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scaling: float | None, dropout: float = 0.0) -> Tensor:
     """Causal sdpa on each span of [T, H, D] tensors in turn."""
     gqa = q.shape[1] != k.shape[1]
     out = []
@@ -99,7 +100,7 @@ def _per_span(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scaling: float | None
     for a, b in zip(bounds[:-1], bounds[1:]):
         o = torch.nn.functional.scaled_dot_product_attention(
             q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1),
-            is_causal=True, scale=scaling, enable_gqa=gqa,
+            is_causal=True, scale=scaling, enable_gqa=gqa, dropout_p=dropout,
         )
         out.append(o.transpose(0, 1))
     return torch.cat(out)
@@ -111,19 +112,22 @@ def varlen_attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     batch, heads, length, dim = query.shape
-    plain = (attention_mask is not None or key.shape[2] != length or dropout > 0 or length == 1
-             or kwargs.get("sliding_window") is not None or kwargs.get("softcap") is not None)
+    plain = attention_mask is not None or key.shape[2] != length or length == 1
     found = None if plain else spans(kwargs, batch, length, query.device)
+    if found is not None and (kwargs.get("sliding_window") is not None or kwargs.get("softcap") is not None):
+        # sdpa without a mask would let the row's samples see each other: refuse rather than leak.
+        raise ValueError("kforge_varlen: a packed row with a sliding window or soft-capping; "
+                         "set learner.pack=false for this model")
     if found is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     cu, longest = found
     # [B, H, L, D] -> [B * L, H, D], the layout of variable-length kernels.
     q, k, v = (t.transpose(1, 2).reshape(batch * length, t.shape[1], dim) for t in (query, key, value))
-    kernel = _kernel(q)
+    kernel = _kernel(q) if dropout == 0 else None  # torch's varlen_attn has no dropout
     out = _call_kernel(kernel, q, k, v, cu, longest, scaling) if kernel is not None else None
     if out is None:
-        out = _per_span(q, k, v, cu, scaling)
+        out = _per_span(q, k, v, cu, scaling, dropout)
     return out.reshape(batch, length, heads, dim), None
 
 
@@ -155,7 +159,8 @@ def install(model: Any) -> bool:
     config = getattr(base, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
         return False
-    if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+    if getattr(config, "sliding_window", None) is not None or getattr(config, "use_sliding_window", False) \
+            or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return False
     register()
     base.set_attn_implementation(NAME)

@@ -11,6 +11,8 @@ bitsandbytes imports, with a 4-bit NF4 base (QLoRA).
     python bench/learner.py --smoke    # a tiny model on the CPU: checks this script, measures nothing useful
     python bench/learner.py --models 7b --seq 8192 --quant bf16 --chunk 0,1024 --autocast off,on --recompute 1,0.25
                                        # today's learner (chunk 0, autocast off) beside the chunked head and bf16
+    python bench/learner.py --models 7b --seq 8192 --quant bf16 --chunk 1024 --pack off,on --lengths mixed
+                                       # padded rows beside packed rows, on samples of different lengths
 
 Conventions:
   tokens     prompt + response tokens of all sequences of a step (padding excluded)
@@ -27,6 +29,10 @@ Conventions:
              FLOP/s of the GPU (H100/H200 SXM 989 TFLOP/s), or --peak-tflops.
   chunk      learner.logprob_chunk: response positions per LM-head chunk (0 = full logits, as before)
   autocast   learner.bf16_autocast: LoRA matmuls in bf16 on bf16 inputs, fp32 master weights
+  pack       learner.pack: samples one after another in one row (no padding), attention per sample
+  lengths    same: every sample is --seq tokens (nothing to pad); mixed: lengths spread evenly from
+             --seq/4 to --seq (what padding costs), the response half of each, at most 4096
+  pad%       share of the model's input positions that are padding under the learner's plan
   peak GiB   torch.cuda.max_memory_allocated during the warm-up and timed steps (weights included)
 """
 
@@ -80,7 +86,7 @@ def model_flops(frozen: int, trainable: int, head: int, tokens: int, response_to
 
 
 def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float = 1.0, chunk: int = 0,
-                   autocast: bool = False) -> Any:
+                   autocast: bool = False, pack: bool = False) -> Any:
     """kforge's config with the bench's settings; a plain namespace where pydantic is not installed
     (the GPU image lacks it), holding the same fields with the schema's defaults."""
     lora = dict(rank=args.lora_rank, alpha=2 * args.lora_rank, dropout=0.0,
@@ -90,7 +96,8 @@ def learner_config(args: argparse.Namespace, response_tokens: int, recompute: fl
                    loss_aggregation="token_mean", advantage_baseline="mean", normalize_std=None,
                    remove_constant_reward_groups=True, clip_low=0.2, clip_high=0.28, is_clip=2.0,
                    kl_coef=0.0, kl_discount=0.0, kl_estimator="k3", entropy_coef=0.0,
-                   mismatch_reject_ratio=None, mismatch_token_veto=None, logprob_chunk=chunk, bf16_autocast=autocast)
+                   mismatch_reject_ratio=None, mismatch_token_veto=None, logprob_chunk=chunk, bf16_autocast=autocast,
+                   pack=pack)
     model = dict(name="random-init", gguf_file=None, dtype="bfloat16", load_in_4bit=False, chat_template=None,
                  trust_remote_code=False, max_model_len=32768, gradient_checkpointing=not args.no_grad_ckpt,
                  recompute_share=recompute, checkpoint=None)
@@ -150,12 +157,22 @@ def quantize_to_nf4(model: Any, device: str) -> None:
     model.is_loaded_in_4bit = True  # tells kforge (and PEFT) to prepare the model for k-bit training
 
 
-def make_samples(n: int, seq: int, response: int, vocab: int, seed: int) -> list[Any]:
+def sample_lengths(n: int, seq: int, lengths: str) -> list[int]:
+    """Every sample --seq tokens, or (mixed) spread evenly from seq/4 to seq, shuffled the same way each run."""
+    if lengths == "same" or n < 2:
+        return [seq] * n
+    spread = [seq // 4 + (seq - seq // 4) * i // (n - 1) for i in range(n)]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(n)).tolist()
+    return [spread[i] for i in order]
+
+
+def make_samples(lengths: list[int], vocab: int, seed: int) -> list[Any]:
     from kforge.credit.samples import Sample
 
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for i in range(n):
+    for i, seq in enumerate(lengths):
+        response = min(seq // 2, 4096)
         ids = torch.randint(10, vocab, (seq,), generator=gen).tolist()
         out.append(Sample(ids[: seq - response], ids[seq - response:], advantage=1.0 if i % 2 else -1.0,
                           problem_key=f"bench/{i // 2}"))
@@ -175,22 +192,26 @@ def peak_tflops(args: argparse.Namespace) -> float | None:
 
 
 def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recompute: float, chunk: int = 0,
-             autocast: bool = False) -> dict[str, Any]:
+             autocast: bool = False, pack: bool = False) -> dict[str, Any]:
     from kforge.learner.learner import Learner
+    from kforge.learner.packing import padding_share
 
     response = min(seq // 2, 4096)
-    n = max(2, args.tokens_per_step // seq)
+    mean = seq if args.lengths == "same" else 0.625 * seq  # mixed: lengths from seq/4 to seq
+    n = max(2, int(args.tokens_per_step // mean))
+    lengths = sample_lengths(n, seq, args.lengths)
     row: dict[str, Any] = dict(model=arch, quant=quant, seq=seq, samples=n, recompute=recompute, chunk=chunk,
-                               autocast=autocast)
+                               autocast=autocast, pack=pack,
+                               pad=padding_share(lengths, args.micro_batch_tokens, pack))
     cuda = args.device.startswith("cuda")
     learner = model = None
     try:
         model, body, head = build_model(arch, args.device, quant)
-        cfg = learner_config(args, response, recompute, chunk, autocast)
+        cfg = learner_config(args, response, recompute, chunk, autocast, pack)
         learner = Learner(cfg, device=args.device, model=model)
         if cuda:  # the peak of training, not of building the bf16 model before quantising it
             torch.cuda.reset_peak_memory_stats()
-        samples = make_samples(n, seq, response, ARCHS[arch]["vocab_size"], seed=seq)
+        samples = make_samples(lengths, ARCHS[arch]["vocab_size"], seed=seq)
         tokens = sum(s.num_tokens for s in samples)
         response_tokens = sum(len(s.response_ids) for s in samples)
         times = []
@@ -233,7 +254,8 @@ def fmt(value: Any, spec: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = f"{'model':<6} {'quant':<5} {'seq':>5} {'recomp':>6} {'chunk':>5} {'bf16ac':>6} {'n':>3} {'tokens':>7} " \
+    header = f"{'model':<6} {'quant':<5} {'seq':>5} {'recomp':>6} {'chunk':>5} {'bf16ac':>6} {'pack':>4} {'pad%':>5} " \
+             f"{'n':>3} {'tokens':>7} " \
              f"{'step s':>7} {'tokens/s':>9} {'MFU6N%':>6} {'MFU4N%':>6} {'peak GiB':>8} {'LoRA M':>7}  status"
     print(header)
     print("-" * len(header))
@@ -242,7 +264,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         mfu4 = None if r.get("mfu4") is None else 100 * r["mfu4"]
         print(
             f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {r['recompute']:>6g} {r['chunk']:>5} "
-            f"{'on' if r['autocast'] else 'off':>6} {r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
+            f"{'on' if r['autocast'] else 'off':>6} {'on' if r['pack'] else 'off':>4} {100 * r['pad']:>5.1f} "
+            f"{r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
             f"{fmt(r.get('step_s'), '.2f'):>7} {fmt(r.get('tok_s'), ',.0f'):>9} {fmt(mfu, '.1f'):>6} {fmt(mfu4, '.1f'):>6} "
             f"{fmt(r.get('peak_gib'), '.1f'):>8} {fmt(r.get('trainable_m'), '.1f'):>7}  {r['status']}",
             flush=True,
@@ -260,6 +283,9 @@ def main() -> int:
                         "of layers that recompute activations in backward (1 = all, 0 = none)")
     parser.add_argument("--chunk", default="0", help="comma list of learner.logprob_chunk values (0 = full logits)")
     parser.add_argument("--autocast", default="off", help="comma list of off, on: learner.bf16_autocast")
+    parser.add_argument("--pack", default="off", help="comma list of off, on: learner.pack (packed rows)")
+    parser.add_argument("--lengths", default="same", choices=["same", "mixed"],
+                        help="sample lengths: all --seq, or mixed from --seq/4 to --seq (see the docstring)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per case")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per case")
     parser.add_argument("--tokens-per-step", type=int, default=32768, help="tokens per train_step (n = this / seq)")
@@ -270,9 +296,10 @@ def main() -> int:
     parser.add_argument("--device", default=None, help="default: cuda if available")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failing cases")
     args = parser.parse_args()
-    if any(a.strip() not in ("on", "off") for a in args.autocast.split(",")):
-        print(f"bench/learner.py: --autocast {args.autocast!r}: a comma list of on, off", file=sys.stderr)
-        return 2
+    for flag, value in (("--autocast", args.autocast), ("--pack", args.pack)):
+        if any(a.strip() not in ("on", "off") for a in value.split(",")):
+            print(f"bench/learner.py: {flag} {value!r}: a comma list of on, off", file=sys.stderr)
+            return 2
 
     if args.smoke:
         args.device = args.device or "cpu"
@@ -313,6 +340,7 @@ def main() -> int:
     print("MFU4N = (4 x frozen + 6 x LoRA weights, lm_head 4 x on response tokens) x tokens / step time / peak\n")
     chunks = [int(c) for c in args.chunk.split(",") if c.strip()]
     autocasts = [a.strip() == "on" for a in args.autocast.split(",") if a.strip()]
+    packs = [a.strip() == "on" for a in args.pack.split(",") if a.strip()]
 
     rows = []
     for arch in models:
@@ -321,10 +349,11 @@ def main() -> int:
                 for share in (float(x) for x in args.recompute.split(",")):
                     for chunk in chunks:
                         for autocast in autocasts:
-                            row = run_case(args, arch, quant, seq, share, chunk, autocast)
-                            rows.append(row)
-                            if args.verbose:
-                                print(row, flush=True)
+                            for pack in packs:
+                                row = run_case(args, arch, quant, seq, share, chunk, autocast, pack)
+                                rows.append(row)
+                                if args.verbose:
+                                    print(row, flush=True)
     print_table(rows)
     return 0 if all(r["status"] in ("ok", "OOM") for r in rows) else 1
 

@@ -23,6 +23,15 @@ def clean_env(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _engine_copies_in_the_tests_folder(tmp_path_factory, monkeypatch):
+    """A run's adapter copies for the engine go to /dev/shm when it is there: in tests, to a folder of their
+    own standing in for it, so no test writes to the machine's /dev/shm."""
+    import kforge.rollout.adapters as adapters
+
+    monkeypatch.setattr(adapters, "SHM", tmp_path_factory.mktemp("shm"))
+
+
+@pytest.fixture(autouse=True)
 def _wandb_stand_ins_stay_in_their_test():
     """Tests put a stand-in `wandb` module at the edge (the package is not installed here): whatever a test
     imported under that name leaves sys.modules with it, so the next test imports its own."""

@@ -32,7 +32,7 @@ class FakeLearner:
         self.version += 1
         return {"loss": 0.5}
 
-    def save_adapter(self, path):
+    def save_adapter(self, path, dtype=None):
         Path(path).mkdir(parents=True, exist_ok=True)
         (Path(path) / "adapter_config.json").write_text(json.dumps({"version": self.version}))
 

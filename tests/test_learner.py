@@ -16,6 +16,7 @@ from kforge.learner.learner import Learner
 from kforge.learner.lora import LearnerError
 from kforge.learner.logprobs import response_logits, token_logprobs
 from kforge.learner.batching import collate
+from kforge.learner.packing import collate_any, plan
 from kforge.credit.samples import Sample
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
@@ -414,7 +415,7 @@ def test_oom_retries_only_the_failing_micro_batch(monkeypatch):
     calls = {"oom": 0}
 
     def flaky(model, batch, *args, **kwargs):
-        if torch.is_grad_enabled() and batch.input_ids.shape[0] >= 4 and calls["oom"] == 0:
+        if torch.is_grad_enabled() and batch.targets.shape[0] >= 4 and calls["oom"] == 0:  # 4 samples
             calls["oom"] += 1
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(model, batch, *args, **kwargs)
@@ -535,13 +536,14 @@ def test_mismatch_rejection_drops_and_counts_sequences():
     learner = Learner(cfg, model=tiny_model())
     samples = some_samples()
     learner.model.eval()
-    with torch.no_grad():
-        batch = collate(samples, list(range(len(samples))), learner.pad_id, learner.device)
+    with torch.no_grad():  # the micro-batch the update will see (packed: one row, longest first)
+        [indices] = plan([s.num_tokens for s in samples], cfg.learner.micro_batch_tokens, learner.pack)
+        batch = collate_any(samples, indices, learner.pad_id, learner.device, learner.pack)
         logp = token_logprobs(response_logits(learner.model, batch), batch.targets)
-    for row, s in enumerate(samples):
-        k = len(s.response_ids)
-        shift = math.log(3.0) if row < 2 else 0.0  # rows 0 and 1: the engine saw every token 3x less likely
-        s.rollout_logprobs = (logp[row, -k:] - shift).tolist()
+    for row, i in enumerate(batch.indices):
+        k = len(samples[i].response_ids)
+        shift = math.log(3.0) if i < 2 else 0.0  # samples 0 and 1: the engine saw every token 3x less likely
+        samples[i].rollout_logprobs = (logp[row, -k:] - shift).tolist()
     metrics = learner.train_step(samples)
     assert metrics["mismatch_rejected"] == 2.0
     # only the rejected ones: the same update as training on rows 2 and 3 with the same normaliser
@@ -625,7 +627,7 @@ def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
     calls = {"grad": 0, "oom": 0}
 
     def flaky(model, batch, *args, **kwargs):
-        if torch.is_grad_enabled() and batch.input_ids.shape[0] >= 2:
+        if torch.is_grad_enabled() and batch.targets.shape[0] >= 2:  # 2 samples or more
             calls["grad"] += 1
             if calls["grad"] == 2:  # the second minibatch's first try
                 calls["oom"] += 1

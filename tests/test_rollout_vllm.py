@@ -165,7 +165,7 @@ def test_worker_environment_is_set_before_it_starts(monkeypatch):
     assert not backend._proc.alive()
 
 
-def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_path):
+def test_adapter_ids_are_never_reused_and_a_sync_resets_no_prefix_cache(worker, tmp_path):
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
@@ -179,7 +179,8 @@ def test_adapter_ids_are_never_reused_and_the_prefix_cache_is_reset(worker, tmp_
     assert ids == [1, 2, 3] and len(set(ids)) == 3
     assert first == "lora1:[2, 1]" and last == "lora3:[2, 1]" and worker.version == 2
     events = [e for e in state["events"] if not e.startswith("gen")]
-    assert events == ["load1", "reset", "load2", "reset", "remove1", "load3", "reset", "remove2"]
+    # No prefix-cache reset on a sync: vLLM keys cached blocks by the adapter, and every load's is new.
+    assert events == ["load1", "load2", "remove1", "load3", "remove2"]
     with pytest.raises(BackendError, match="adapter_config.json"):
         worker.load_adapter(str(tmp_path), 4)
 
@@ -190,9 +191,9 @@ def test_each_part_of_an_adapter_load_is_timed(worker, tmp_path):
     (adapter / "adapter_config.json").write_text("{}")
     worker.load_adapter(str(adapter), 7)
     times = worker.load_times
-    assert set(times) == {"sync_engine_load_s", "sync_cache_reset_s", "sync_remove_s"}
+    assert set(times) == {"sync_engine_load_s", "sync_remove_s"}
     assert 0.4 <= times["sync_engine_load_s"] < 5.0  # the engine's own load, not the calls around it
-    assert times["sync_cache_reset_s"] < 0.4
+    assert times["sync_remove_s"] < 0.4
 
 
 def test_a_replaced_adapter_is_removed_only_after_its_last_request(worker, tmp_path):

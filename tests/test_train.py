@@ -190,4 +190,5 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
         rollouts = asyncio.run(trainer._rollouts(1, problems[:1]))
     assert DeadWorker.closed and trainer.restarts == 1 and parts.backend is fresh and parts.runner.backend is fresh
     assert len(rollouts.trajectories) == 1 and rollouts.trajectories[0].turns[0].response_ids
-    assert list((run.path / "adapters").glob("v*/adapter_config.json"))  # the new worker got the adapter
+    # The new worker got the adapter (its copy for the engine: in the stand-in for /dev/shm here).
+    assert list(trainer._copies.root.glob("v*/adapter_config.json"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 from fake_parts import FakeBuilder, FakeEngine, FakeLearner, FakePool
@@ -290,10 +291,10 @@ class _SlowWriter(FakeLearner):
         super().__init__(step_s=0.05)
         self.write_s, self.what = write_s, what
 
-    def save_adapter(self, path):
+    def save_adapter(self, path, dtype=None):
         if self.what == "adapter" and self.version >= 1:
             time.sleep(self.write_s)
-        super().save_adapter(path)
+        super().save_adapter(path, dtype)
 
     def save_checkpoint(self, path):
         if self.what == "checkpoint" and self.version >= 1:
@@ -375,3 +376,19 @@ def test_the_dashboard_shows_each_stage_while_it_runs_and_ends_on_the_last_step(
         assert not ({"learn"} & set(stages) and {"sync adapter", "held-out eval", "checkpoint"} & set(stages)), stages
         assert all(total == 0 or done <= total for done, total, _ in stages.values()), stages
     assert dash.stages == {} and dash.idle == f"step {trainer.total_steps} done"
+
+
+def test_a_run_writes_its_engine_copies_to_shm_and_removes_them_at_the_end(tmp_path):
+    from kforge.rollout import adapters
+
+    learner = FakeLearner(step_s=0.0)
+    trainer = make_trainer(tmp_path, make_cfg(), learner, FakePool(0.0))
+    root = trainer._copies.root
+    assert root.parent == adapters.SHM  # the conftest's stand-in for /dev/shm
+    loaded: list[str] = []
+    real = trainer.parts.backend.load_adapter
+    trainer.parts.backend.load_adapter = lambda path, version: (loaded.append(path), real(path, version))[1]
+    assert asyncio.run(trainer.run_async()) == "finished"
+    assert loaded and all(Path(p).parent == root for p in loaded)
+    assert not root.exists()  # removed at the end of the run
+    assert not (trainer.run.path / "adapters").exists()

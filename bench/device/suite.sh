@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks of kforge, one section per argument; each section's log goes to $OUT/<section>.log and a
 # one-line result to $OUT/summary.txt. Run after bench/device/prepare.sh on the GPU machine.
-#   bash bench/device/suite.sh env selfcheck rollout learner learner_speed train eval split ...
+#   bash bench/device/suite.sh env selfcheck rollout learner learner_speed learner_pack train eval split ...
 #   bash bench/device/suite.sh learning          # the learning evidence, started in the background
 #   bash bench/device/suite.sh learning_status   # its progress; results, curve and metrics into $OUT
 set -uo pipefail
@@ -31,6 +31,9 @@ for s in "$@"; do
     learner) section learner 540 python3 bench/learner.py --quick ;;
     learner_speed) section learner_speed 590 python3 bench/learner.py --models 7b --seq 8192 --quant bf16 \
              --micro-batch-tokens 8192 --recompute "${RECOMPUTE:-0.25}" --chunk 0,1024 --autocast off,on --steps 2 ;;
+    learner_pack) section learner_pack 590 python3 bench/learner.py --models 7b --seq 8192 --quant bf16 \
+             --micro-batch-tokens 8192 --recompute "${RECOMPUTE:-0.25}" --chunk 1024 --autocast on \
+             --pack off,on --lengths mixed --steps 2 ;;
     ddp) section learner_ddp 560 python3 bench/learner_ddp.py --gpus "${DDP_GPUS:-2}" --arch "${DDP_ARCH:-1.5b}" ;;
     train) section train_1gpu 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name gpu1 \
              --max-steps 3 model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=256 dataset.group_size=4 \

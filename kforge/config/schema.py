@@ -141,7 +141,11 @@ class LearnerConfig(Section):
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     grad_clip: float = Field(0.05, gt=0.0)
     num_substeps: int = Field(1, gt=0, description="optimiser steps per batch")
-    micro_batch_tokens: int = Field(16384, gt=0, description="token budget of one packed micro-batch")
+    micro_batch_tokens: int = Field(16384, gt=0, description="token budget of one micro-batch: real tokens of "
+                                    "a packed row, or rows x longest row when padded")
+    pack: bool = Field(True, description="packed micro-batches: whole samples one after another in one row, "
+                       "position_ids restarting per sample, attention per sample (variable-length on a GPU); "
+                       "false = left-padded rows")
     logprob_chunk: int = Field(1024, ge=0, description="response positions per chunk of the LM head and "
                                "log-softmax, recomputed in backward (never all [tokens, vocab] logits at once); "
                                "0 = full logits")

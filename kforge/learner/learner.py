@@ -1,7 +1,8 @@
 """The learner: one GRPO-family update of a LoRA adapter per batch of samples.
 
 ``train_step`` splits the batch into ``learner.num_substeps`` minibatches (one optimiser step each),
-packs each minibatch into micro-batches under ``learner.micro_batch_tokens`` (padded rows x length),
+packs each minibatch into micro-batches under ``learner.micro_batch_tokens`` (padded rows x length, or
+real tokens of one packed row with ``learner.pack``, see kforge.learner.packing),
 accumulates gradients over the micro-batches, clips the gradient norm and steps AdamW and the
 learning-rate schedule.
 
@@ -42,7 +43,8 @@ from torch import Tensor
 
 from kforge.credit.samples import Sample
 from kforge.learner import checkpoint as ckpt
-from kforge.learner.batching import MicroBatch, collate, plan_micro_batches
+from kforge.learner import varlen
+from kforge.learner.batching import MicroBatch
 from kforge.learner.ddp import Ranks
 from kforge.learner.logprobs import response_logprobs
 from kforge.learner.lora import (
@@ -57,9 +59,11 @@ from kforge.learner.lora import (
     load_base,
     pad_id_of,
     release_memory,
+    save_adapter_folder,
     trainable_parameters,
 )
 from kforge.learner.losses import aggregate, mismatch_rejected, reduction_for, regularised_token_loss
+from kforge.learner.packing import collate_any, plan
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
 from kforge.learner.sums import METRIC_KEYS, Done, Sums, step_metrics
@@ -115,6 +119,9 @@ class Learner:
         if cfg.model.gradient_checkpointing:
             enable_gradient_checkpointing(self.model, cfg.model.recompute_share)
         self.pad_id = pad_id_of(tokenizer, self.model)
+        self.pack = cfg.learner.pack  # packed rows, attention per sample (kforge.learner.packing)
+        if self.pack:
+            varlen.install(self.model)
         self.dropout = has_dropout(self.model)
 
         self.params = trainable_parameters(self.model)
@@ -201,9 +208,8 @@ class Learner:
         # The normalisers are the whole minibatch's, summed over the ranks' shards.
         tokens, seqs = self.ranks.sum_floats([float(sum(len(s.response_ids) for s in mini)), float(len(mini))])
         totals = dict(total_tokens=tokens, total_seqs=seqs, const_len=float(self.sampling.max_tokens))
-        plan = plan_micro_batches([s.num_tokens for s in mini], lc.micro_batch_tokens)
         loss_total = 0.0
-        for j, indices in enumerate(plan):
+        for j, indices in enumerate(plan([s.num_tokens for s in mini], lc.micro_batch_tokens, self.pack)):
             for done in self._micro_with_retry(mini, indices, old, totals, mix_seed(seed, j), lc.micro_batch_tokens, sums):
                 for p, g in zip(self.params, done.grads):
                     if g is not None:
@@ -223,7 +229,7 @@ class Learner:
         release_memory(self.device)
         sums.count("oom_retries", 1.0)
         half = max(1, budget // 2)
-        parts = plan_micro_batches([mini[i].num_tokens for i in indices], half)
+        parts = plan([mini[i].num_tokens for i in indices], half, self.pack)
         if len(parts) == 1:  # the halved budget still fits them all: split the rows in two
             parts = [list(range(len(indices) // 2)), list(range(len(indices) // 2, len(indices)))]
         out: list[Done] = []
@@ -241,7 +247,7 @@ class Learner:
         """Loss and gradients of one micro-batch. Nothing is written to the parameters' .grad here."""
         lc = self.cfg.learner
         mode = reduction_for(lc.loss_fn, lc.loss_aggregation)
-        batch = collate(mini, indices, self.pad_id, self.device)
+        batch = collate_any(mini, indices, self.pad_id, self.device, self.pack)
         mask = batch.response_mask
         ref = self._reference_logprobs(batch) if lc.kl_coef > 0 else None
         self.model.train()
@@ -288,8 +294,8 @@ class Learner:
         for m, mini in enumerate(minibatches):
             per_sample: list[Tensor] = [torch.empty(0)] * len(mini)
             if m > 0:  # minibatch 0 uses the update's own log-probs
-                plan = plan_micro_batches([s.num_tokens for s in mini], self.cfg.learner.micro_batch_tokens)
-                for j, indices in enumerate(plan):
+                lengths = [s.num_tokens for s in mini]
+                for j, indices in enumerate(plan(lengths, self.cfg.learner.micro_batch_tokens, self.pack)):
                     self._rows_logprobs(mini, indices, mix_seed(mix_seed(seed, m), j), per_sample)
             out.append(per_sample)
         self.model.eval()
@@ -299,7 +305,7 @@ class Learner:
     def _rows_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, into: list[Tensor]) -> None:
         """Train-mode log-probs of ``mini[indices]`` as one micro-batch under ``seed``'s dropout masks."""
         self.model.train()
-        batch = collate(mini, indices, self.pad_id, self.device)
+        batch = collate_any(mini, indices, self.pad_id, self.device, self.pack)
         with dropout_masks(seed, self.device):
             logp, _ = self._logprobs(batch)
         for row, i in enumerate(indices):
@@ -353,10 +359,11 @@ class Learner:
 
     # ------------------------------------------------------------------ saving and loading
 
-    def save_adapter(self, path: str | Path) -> None:
-        """PEFT adapter folder (adapter_config.json + adapter_model.safetensors), written atomically."""
+    def save_adapter(self, path: str | Path, dtype: str | None = None) -> None:
+        """PEFT adapter folder (adapter_config.json + adapter_model.safetensors), written atomically (a reader
+        sees the whole folder or none); ``dtype`` casts the weights (the rollout engine's copy: bfloat16)."""
         with ckpt.atomic_folder(path) as tmp:
-            self.model.save_pretrained(str(tmp), safe_serialization=True, selected_adapters=[self.adapter])
+            save_adapter_folder(self.model, self.adapter, tmp, dtype)
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Adapter + optimizer + scheduler + RNG states + counters, written atomically."""

@@ -45,19 +45,17 @@ def _chunk_entropy(logits: Tensor, temperature: float, top_k: int, top_p: float)
 
 
 def response_logits(model: torch.nn.Module, batch: MicroBatch) -> Tensor:
-    """Logits at the positions that predict the response tokens: [B, R, vocab]."""
-    width = batch.targets.shape[1]
-    kwargs = dict(
-        input_ids=batch.input_ids,
-        # Without padding, no mask: attention can then take the plain causal (flash) path.
-        attention_mask=batch.attention_mask if batch.padded else None,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    )
+    """Logits at the positions that predict the response tokens: [n, R, vocab]."""
+    n, width = batch.targets.shape
+    inputs = batch.model_inputs()
+    # Padded rows: the last R + 1 columns; a packed row: exactly the positions that predict a target.
+    keep = batch.positions.reshape(-1) if batch.positions is not None else width + 1
     try:
-        logits = model(**kwargs, logits_to_keep=width + 1).logits
-    except TypeError:  # an architecture without logits_to_keep: slice after the fact
-        logits = model(**kwargs).logits
+        logits = model(**inputs, logits_to_keep=keep).logits
+    except TypeError:  # an architecture without logits_to_keep: select after the fact
+        return batch.pick(model(**inputs).logits).reshape(n, width, -1)
+    if batch.positions is not None:
+        return logits.reshape(n, width, -1)
     # Column j of the window predicts the token after it; the last column predicts past the end.
     return logits[:, -(width + 1):-1, :]
 
@@ -140,13 +138,7 @@ def response_logprobs(
         return logp, ent
     decoder, head = split
     b, width = batch.targets.shape
-    hidden = decoder(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask if batch.padded else None,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    ).last_hidden_state
-    flat = hidden[:, -(width + 1):-1, :].reshape(b * width, -1)
+    flat = batch.pick(decoder(**batch.model_inputs()).last_hidden_state)
     targets = batch.targets.reshape(-1)
     logps, ents = [], []
     for start in range(0, b * width, chunk):

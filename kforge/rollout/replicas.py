@@ -25,6 +25,7 @@ class Replicas:
             raise ValueError("data-parallel rollout needs at least one engine")
         self.replicas = replicas
         self.tokenizer = replicas[0].tokenizer
+        self.adapter_dtype = getattr(replicas[0], "adapter_dtype", None)  # the adapter copies' (EngineCopies)
         self._routes: dict[str, int] = {}
         self._lock = threading.Lock()
         self._fan = cf.ThreadPoolExecutor(max_workers=len(replicas), thread_name_prefix="kforge-replica")

@@ -9,12 +9,13 @@ No turn barrier: the engine is vLLM's async engine and every request is its own 
 at once; the engine batches them itself, so a trajectory whose verdict came back gets its next turn
 generated while others are still being sampled or evaluated.
 
-Weight sync: every `load_adapter` registers the PEFT folder under a new integer LoRA id (never reused:
-vLLM caches adapters and prefixes by id) and resets the prefix cache, so no cached KV computed with older
-weights is reused. The adapter it replaces is removed only once no request in flight names it (pipelined
-steps sync while the next step's rollouts run: `kforge.rollout.adapters`). Each completion carries the
-adapter version it was sampled with. Log-probs are vLLM's
-`processed_logprobs` (see `kforge.rollout.base`).
+Weight sync: every `load_adapter` registers the PEFT folder under a new integer LoRA id and name (never
+reused: vLLM caches adapters by id, and its prefix-cache block hashes include the LoRA name (id in older
+versions), so no request of the new adapter can hit a block computed with older weights; the prefix cache
+is not reset on a sync, only after a wake, when the KV cache was discarded). The adapter it replaces is
+removed only once no request in flight names it (pipelined steps sync while the next step's rollouts run:
+`kforge.rollout.adapters`). Each completion carries the adapter version it was sampled with. Log-probs
+are vLLM's `processed_logprobs` (see `kforge.rollout.base`).
 
 `VLLMEngine` is the only code that touches vLLM; the process and the protocol speak to any object with
 its methods, which is how they are tested on machines without a GPU.
@@ -214,6 +215,9 @@ class VLLMBackend:
         self.tokenizer = tokenizer
         self.version = 0
         self.log_path = log_path
+        # The dtype the engine computes the adapter in: its copies are written in it (half the bytes of fp32).
+        dtype = engine_kwargs.get("dtype")
+        self.adapter_dtype = dtype if dtype in ("bfloat16", "float16") else None
         self._lora: tuple[str, int, str] | None = None
         self._next_lora_id = 1
         self._closed = False
@@ -304,12 +308,10 @@ class VLLMBackend:
             previous, self._lora = self._lora, lora
             self.version = version
             unused = previous is not None and self._leases.retire(previous[1])  # else its last request removes it
-        self._call("reset_prefix_cache")  # cached KV of older weights must not be reused
-        t2 = time.perf_counter()
+        # No prefix-cache reset: blocks are keyed by the adapter, and this adapter's name is new (above).
         if unused:
             self._call("remove_lora", int_id=previous[1])
-        self.load_times = {"sync_engine_load_s": t1 - t0, "sync_cache_reset_s": t2 - t1,
-                           "sync_remove_s": time.perf_counter() - t2}
+        self.load_times = {"sync_engine_load_s": t1 - t0, "sync_remove_s": time.perf_counter() - t1}
 
     def sleep(self) -> None:
         if not self._asleep:

@@ -14,7 +14,7 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOG_FILE = "logs.log"
 STOP_FILE = "STOP"  # `kforge runs stop` drops this; the loop checkpoints and exits at the next step
-ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine (the last few are kept)
+ADAPTERS_DIR = "adapters"  # adapter versions handed to the rollout engine where /dev/shm has no room (last few kept)
 SAMPLES_DIR = "samples"  # per-step transcripts, samples/step_N.jsonl
 # Every name kforge writes at the top of a run folder (the roles' logs, the metric writers' and the plots'
 # outputs too): a folder holding anything else is never reused.

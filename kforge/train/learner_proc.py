@@ -55,8 +55,8 @@ class LearnerService:
         # Out-of-memory handling (smaller micro-batches) lives inside Learner.train_step.
         return self.learner.train_step(samples), int(self.learner.version)
 
-    def save_adapter(self, path: str) -> None:
-        self.learner.save_adapter(path)
+    def save_adapter(self, path: str, dtype: str | None = None) -> None:
+        self.learner.save_adapter(path, dtype)
 
     def save_checkpoint(self, path: str) -> None:
         self.learner.save_checkpoint(path)
@@ -135,8 +135,8 @@ class LearnerProcess:
         metrics, self._version = self._call_all("train_step", samples=samples)
         return metrics
 
-    def save_adapter(self, path: str) -> None:
-        self._call("save_adapter", path=str(path))
+    def save_adapter(self, path: str, dtype: str | None = None) -> None:
+        self._call("save_adapter", path=str(path), dtype=dtype)
 
     def save_checkpoint(self, path: str) -> None:
         self._call("save_checkpoint", path=str(path))

@@ -34,8 +34,9 @@ from kforge.evaluator.contention import GpuActivity
 from kforge.policy.records import Trajectory, Turn
 from kforge.policy.runner import EpisodeRunner, Rollouts
 from kforge.problems.record import Problem
+from kforge.rollout.adapters import EngineCopies
 from kforge.rollout.base import BackendError
-from kforge.runs.folder import LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
+from kforge.runs.folder import ADAPTERS_DIR, LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
 from kforge.runs.transcripts import write_transcript
 from kforge.train.data import ProblemSampler, seed_everything, step_seed
 from kforge.train.gpu import PeakMemory
@@ -104,6 +105,7 @@ class Trainer:
         self.sampler = ProblemSampler(self.train_problems, ds.batch_size, ds.epochs, ds.shuffle, ds.seed)
         self.levels = {p.key: p.level for p in self.train_problems + self.test_problems}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-learn")
+        self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=getattr(self.parts.backend, "adapter_dtype", None))
 
     @property
     def total_steps(self) -> int:
@@ -163,6 +165,7 @@ class Trainer:
         finally:
             sinks.close()
             peaks.stop()
+            self._copies.close()  # what was written in /dev/shm (the engine has the weights loaded)
         by = {"stopped_by": "signal" if self._stop.requested else "stop file"} if status == "stopped" else {}
         self.run.set_status(status, step=self.step, total_steps=self.total_steps, **by)
         return status
@@ -330,13 +333,12 @@ class Trainer:
             return 0.0  # the learner skipped its step: the engine already has these weights
         self._synced_version = version
         if adapter_dir is None or not (adapter_dir / "adapter_config.json").exists():
-            adapter_dir = self.run.adapter_dir(version)
-            self.parts.learner.save_adapter(str(adapter_dir))
+            adapter_dir = self._copies.write(version, lambda d, dtype: self.parts.learner.save_adapter(str(d), dtype))
         t1 = time.time()
         self.parts.backend.load_adapter(str(adapter_dir), version)
         if times is not None:
             times.sync_save_s, times.sync_load_s = t1 - t0, time.time() - t1
-        self.run.prune_adapters(keep=3)
+        self._copies.prune(keep=3)
         return time.time() - t0
 
     # -- 5. log ---------------------------------------------------------------------------------------

@@ -263,10 +263,10 @@ def test_turn_without_verdict_or_candidate():
 def test_constant_strings_and_the_prompt_skeleton_earn_no_format():
     """Before, any readable block earned the whole format reward: `<KERNEL>x</KERNEL>` and the compact
     prompt's own skeleton scored the CPU curve's maximum."""
-    from kforge.policy.prompts import COMPACT_SKELETON
+    from kforge.kernel_backends import KERNEL_BACKENDS
 
     cfg = RewardConfig(format_weight=1.0, compile_weight=0.5)
-    for code in ("x", COMPACT_SKELETON["triton"], "pass", "class ModelNew: ..."):
+    for code in ("x", KERNEL_BACKENDS["triton"].skeleton, "pass", "class ModelNew: ..."):
         score, parts = score_turn(make_turn(status=Status.STATIC_CHECK_FAILED, code=code, trials=0, trials_passed=0),
                                   cfg, thinking=False)
         assert parts["format"] == 0.0 and score == 0.0, code

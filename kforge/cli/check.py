@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, print_fields
 
 
@@ -89,7 +90,7 @@ def check(
     candidate: Optional[Path] = typer.Argument(None, help="the kernel file (defines class ModelNew)"),
     problem: Optional[str] = typer.Option(None, "--problem", "-p", help="LEVEL/ID, a problem name, or a problem .py file"),
     source: str = typer.Option("builtin", "--source", "-s", help="where problems come from (see `kforge problems ls`)"),
-    backend: str = typer.Option("triton", "--backend", "-b", help="triton | cuda"),
+    backend: str = typer.Option("triton", "--backend", "-b", help=" | ".join(KERNEL_BACKENDS)),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here (with --json and a candidate: under the verdict's \"sandbox\" key)"),
     trials: Optional[int] = typer.Option(None, "--trials", help="correctness trials (default from the config)"),
@@ -114,8 +115,8 @@ def check(
         raise fail(f"candidate file not found: {candidate}")
     if problem is None:
         raise fail("missing --problem: name the problem, e.g. --problem 1/3 (see `kforge problems ls`)")
-    if backend not in ("triton", "cuda"):
-        raise fail(f"unknown backend {backend!r}: use triton or cuda")
+    if backend not in KERNEL_BACKENDS:
+        raise fail(f"unknown backend {backend!r}: use one of {names()}")
     try:
         code = candidate.read_text()
     except (UnicodeDecodeError, ValueError):

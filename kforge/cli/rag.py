@@ -12,6 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
+from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, rule
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ def build(
     preset = preset or "default"  # the preset `kforge train` runs without --preset: its held-out set is protected
     cfg = load_config(preset, config, overrides).config
     backend = backend or cfg.dataset.backend
-    if backend not in ("triton", "cuda"):
-        raise fail(f"--backend {backend!r} is not one of triton, cuda")
+    if backend not in KERNEL_BACKENDS:
+        raise fail(f"--backend {backend!r} is not one of {names()}")
     out_dir = out if out is not None else _default_out(backend)
     protected = _protected_problems(cfg.dataset, protect) if leak_guard else None
     try:
@@ -298,7 +299,7 @@ def query(
         f"{len(examples)} examples for {asked.key} {asked.name} from {folder} ({retriever.size} entries)",
         highlight=False,
     )
-    lexer = "python" if retriever.backend == "triton" else "cpp"
+    lexer = KERNEL_BACKENDS[retriever.backend].lexer if retriever.backend in KERNEL_BACKENDS else "cpp"
     for rank, e in enumerate(examples, 1):
         where = e.source + (f" {e.problem_key}" if e.problem_key else "")
         rule(escape(f"#{rank}  score {e.score:.3f}  {e.name}  [{where}]"))

@@ -26,6 +26,7 @@ import math
 import random
 from collections import defaultdict
 
+from kforge.config.losses import loss_rule
 from kforge.config.schema import LearnerConfig, RewardConfig
 from kforge.credit.samples import Sample
 from kforge.policy.records import Trajectory, Turn
@@ -63,7 +64,7 @@ def coverage_stats(turns: list[Turn], coverage_in_use: bool) -> dict[str, float]
 
 def uses_std(cfg: LearnerConfig) -> bool:
     """normalize_std=None means: std-normalise for grpo only (Dr.GRPO and the others leave it out)."""
-    return cfg.loss_fn == "grpo" if cfg.normalize_std is None else cfg.normalize_std
+    return loss_rule(cfg.loss_fn).normalize_std if cfg.normalize_std is None else cfg.normalize_std
 
 
 def group_advantages(returns: list[float], baseline: str, normalize_std: bool, correct_score: float = 0.0) -> list[float]:

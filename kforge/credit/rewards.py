@@ -51,7 +51,15 @@ from __future__ import annotations
 
 import math
 
-from kforge.config.reward_order import SPEED_FLOOR, order_margin, order_problem, speed_range  # noqa: F401 (re-exported)
+from kforge.config.reward_order import (  # noqa: F401 (re-exported)
+    REWARD_COMPONENTS,
+    SPEED_FLOOR,
+    SPEED_FORMS,
+    order_margin,
+    order_problem,
+    speed_range,
+    weights,
+)
 from kforge.config.schema import RewardConfig
 from kforge.credit.structure import structure_score
 from kforge.credit.templates import repeated_answers, template_stats
@@ -59,7 +67,7 @@ from kforge.errors import UserError
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.records import Trajectory, Turn
 
-COMPONENTS = ("format", "compile", "correctness", "speed", "length", "thinking", "penalty")
+COMPONENTS = tuple(REWARD_COMPONENTS)  # their table: kforge.config.reward_order
 
 class RewardOrderError(UserError):
     """The reward weights would let an incorrect kernel outrank a correct one; one line for the user."""
@@ -77,15 +85,9 @@ def meaningful_speedup(verdict: Verdict | None) -> float | None:
 
 def speed_value(speedup: float, form: str, cap: float, threshold: float = 1.2) -> float:
     """The raw speed component of a rewarded speedup (see the module docstring)."""
-    if form == "capped":
-        return min(max(speedup - 1.0, SPEED_FLOOR), cap)
-    if form == "log":
-        return math.log(min(max(speedup, 1.0 + SPEED_FLOOR), 1.0 + cap))
-    if form == "kevin":
-        return min(speedup, 1.0 + cap)
-    if form == "threshold":
-        return 1.0 if speedup >= threshold else 0.0
-    raise ValueError(f"reward.speed_form {form!r} is unknown; use capped, log, kevin or threshold")
+    if form not in SPEED_FORMS:
+        raise ValueError(f"reward.speed_form {form!r} is unknown; use one of {', '.join(SPEED_FORMS)}")
+    return SPEED_FORMS[form].value(speedup, cap, threshold)
 
 
 def coverage_factor(verdict: Verdict | None) -> float:
@@ -151,16 +153,8 @@ def score_turn(turn: Turn, reward_cfg: RewardConfig, thinking: bool,
     """The turn score s_t and its weighted components (which sum to it)."""
     check_order(reward_cfg, thinking)  # a handful of float operations: cheaper than caching by config
     raw = raw_components(turn, reward_cfg, thinking, template)
-    weights = {
-        "format": reward_cfg.format_weight,
-        "compile": reward_cfg.compile_weight,
-        "correctness": reward_cfg.correctness_weight,
-        "speed": reward_cfg.speed_weight,
-        "length": reward_cfg.length_weight,
-        "thinking": reward_cfg.thinking_weight,
-        "penalty": reward_cfg.flagged_penalty,
-    }
-    weighted = {name: weights[name] * raw[name] for name in COMPONENTS}
+    weight = weights(reward_cfg)
+    weighted = {name: weight[name] * raw[name] for name in COMPONENTS}
     return sum(weighted.values()), weighted
 
 

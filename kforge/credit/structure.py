@@ -22,9 +22,10 @@ from __future__ import annotations
 import ast
 
 from kforge.evaluator.static_check import check_source, parse
+from kforge.kernel_backends import EXTENSION_KERNEL, KERNEL_BACKENDS
 
 # The static check's errors that are missing structure (graded here) rather than a refusal.
-_STRUCTURE_ERRORS = ("no `class ModelNew` defined", "no @triton.jit kernel found", "no CUDA extension")
+_STRUCTURE_ERRORS = ("no `class ModelNew` defined", *(b.missing_kernel for b in KERNEL_BACKENDS.values()))
 
 
 def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
@@ -105,8 +106,9 @@ def structure_score(code: str | None, backend: str = "triton") -> float:
     report = check_source(code, "", backend)
     if any(not e.startswith(_STRUCTURE_ERRORS) for e in report.errors):
         return 0.0
-    kernels = {k for k in report.kernels if k != "load_inline"} if backend == "triton" else set()
-    extensions = _extensions(tree) if backend == "cuda" else set()
+    kind = KERNEL_BACKENDS[backend].kernel if backend in KERNEL_BACKENDS else None
+    kernels = {k for k in report.kernels if k != EXTENSION_KERNEL} if kind == "jit" else set()
+    extensions = _extensions(tree) if kind == "extension" else set()
     has_forward = "forward" in _methods(tree)
     has_kernel = bool(kernels or extensions)
     launched = has_forward and has_kernel and forward_launches(tree, kernels, extensions)

@@ -37,6 +37,7 @@ from kforge.evaluator.judge import (check_samples, check_timing, finished_elsewh
 from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Verdict
+from kforge.kernel_backends import KERNEL_BACKENDS
 
 
 def wants_profile(v: Verdict) -> bool:
@@ -68,11 +69,12 @@ class Examination:
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
         self.problem_code = problem_code
+        rule = KERNEL_BACKENDS[backend]
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
                     "build_dir": build_dir, "audit_hook": self.cfg.audit_hook,
                     # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over.
-                    "lock_after": "first_trial" if backend == "triton" and self.slot.on_gpu else "ready"}
+                    "lock_after": "first_trial" if rule.compiles_at_first_launch and self.slot.on_gpu else "ready"}
         self.readable = [build_dir] if build_dir else []  # built by a child of its own; read-only from here on
         self._spawn()
         assert self.child is not None
@@ -80,7 +82,7 @@ class Examination:
         try:
             self._import()
             self._inputs()
-            self._trials(decoy=backend == "triton" and self.ref.decoy is not None)
+            self._trials(decoy=rule.decoy and self.ref.decoy is not None)
             if self.v.status is Status.CORRECT:
                 with self.slot.timing():  # a `with`: the lock is released on every path out
                     if not self.v.flags:

@@ -185,7 +185,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     guard = guard_mod.Guard(os.path.realpath(path))
     identities = _identity_table()
     guard_mod.install_launch_recorder(guard, interpreter=os.environ.get("TRITON_INTERPRET") == "1")
-    if job["backend"] == "cuda":
+    if job["build_dir"] is not None:  # the parent's build step compiled it (CUDA): load_inline loads from there
         _install_load_inline(job["build_dir"], guard)
     durations: dict[str, float] = {}
     # Only get_inputs/get_init_inputs travel here (protocol.inputs_only): the reference Model never does.

@@ -34,10 +34,9 @@ from kforge.evaluator.own_text import candidate_error
 from kforge.evaluator.reference import ReferenceCache
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.verdict import Status, Timings, Verdict
+from kforge.kernel_backends import KERNEL_BACKENDS, cpu_backends, names
 from kforge.problems import baseline as baseline_file
 from kforge.problems.record import Problem
-
-BACKENDS = ("triton", "cuda")
 
 
 def _out_of_memory(error: str) -> bool:
@@ -99,7 +98,7 @@ class EvalPool:
             fut: cf.Future[Verdict] = cf.Future()
             fut.set_result(early)
             return fut
-        if backend != "cuda":
+        if not KERNEL_BACKENDS[backend].built:
             return self._executor.submit(self._guarded, problem, code, backend, measure, None, 0.0, flags)
         result: cf.Future[Verdict] = cf.Future()
 
@@ -116,7 +115,7 @@ class EvalPool:
             ef.add_done_callback(lambda f: result.set_exception(f.exception()) if f.exception()
                                  else result.set_result(f.result()))
 
-        self._builders.submit(self._build, problem, code).add_done_callback(after_build)
+        self._builders.submit(self._build, problem, code, backend).add_done_callback(after_build)
         return result
 
     async def evaluate(self, problem: Problem, code: str, backend: str = "triton",
@@ -168,14 +167,16 @@ class EvalPool:
 
     def _precheck(self, problem: Problem, code: str, backend: str) -> tuple[Verdict | None, list[str]]:
         """A verdict when the candidate cannot run (or may not), else None and the static check's flags."""
-        if backend not in BACKENDS:
+        rule = KERNEL_BACKENDS.get(backend)
+        if rule is None:
             return self._finish(Verdict(Status.UNSUPPORTED, details={"reason": f"unknown backend {backend!r} "
-                                                                     f"(use one of {', '.join(BACKENDS)})"})), []
+                                                                     f"(use one of {names()})"})), []
         if not code or not code.strip():
             return self._finish(Verdict(Status.FORMAT_ERROR, details={"reason": "empty kernel source"})), []
-        if backend == "cuda" and self.cpu_mode:
+        if rule.needs_gpu and self.cpu_mode:
             return self._finish(Verdict(Status.UNSUPPORTED, timing_meaningful=False, details={
-                "reason": "CUDA candidates are unsupported on this machine: no GPU (use the triton backend)"})), []
+                "reason": f"{rule.label} candidates are unsupported on this machine: no GPU "
+                          f"(use the {cpu_backends()} backend)"})), []
         if problem.hub_models:
             return self._finish(Verdict(Status.UNSUPPORTED, details={
                 "reason": f"the reference downloads {', '.join(problem.hub_models)} from the hub; "
@@ -224,8 +225,8 @@ class EvalPool:
     def _file_baseline(self, problem: Problem) -> Timings | None:
         return file_timings(baseline_file.lookup(self._baseline_file, problem))
 
-    def _build(self, problem: Problem, code: str) -> tuple[str, Verdict | None, float]:
-        """Compile a CUDA candidate's load_inline extension in a sandboxed child (CPU work), cached.
+    def _build(self, problem: Problem, code: str, backend: str) -> tuple[str, Verdict | None, float]:
+        """Compile a candidate's extension (CUDA: load_inline) in a sandboxed child (CPU work), cached.
 
         The build folder is the build child's to write, and read-only to every child judged after it
         (examine.py): nothing an evaluation writes there reaches a later one. It is keyed by the source and
@@ -235,8 +236,8 @@ class EvalPool:
         import torch
 
         key = sha(code, problem.code, torch.__version__, self._slots[0].gpu_name)
-        build_dir = self.cache_dir / "cuda" / key
-        done = self.cache_dir / "cuda-built" / key
+        build_dir = self.cache_dir / backend / key
+        done = self.cache_dir / f"{backend}-built" / key
         build_dir.mkdir(parents=True, exist_ok=True)
         if done.exists():
             return str(build_dir), None, 0.0

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from kforge.evaluator.hidden_lookup import hidden_lookups
 from kforge.evaluator.native_source import compiler_text
 from kforge.evaluator.op_names import op_key, same_op
+from kforge.kernel_backends import EXTENSION_KERNEL, KERNEL_BACKENDS
 
 # CPython 3.11's parser keeps recursion bookkeeping that concurrent parses from several threads can
 # corrupt ("AST constructor recursion depth mismatch"); the pool parses from its worker threads.
@@ -225,7 +226,7 @@ class _CandidateVisitor(ast.NodeVisitor):
         name = _dotted(node.func)
         leaf = name.rsplit(".", 1)[-1]
         if leaf in ("load_inline", "load") and (name.endswith("load_inline") or "cpp_extension" in name):
-            self.report.kernels.append("load_inline")
+            self.report.kernels.append(EXTENSION_KERNEL)
         if name in ("getattr", "setattr", "hasattr"):
             literal = len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
             target = _dotted(node.args[0]) if node.args else ""
@@ -390,9 +391,7 @@ def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):
         if not any(isinstance(n, (ast.Assign, ast.ImportFrom)) and "ModelNew" in ast.dump(n) for n in tree.body):
             rep.errors.append("no `class ModelNew` defined: the candidate must define ModelNew(nn.Module)")
-    triton_kernels = [k for k in rep.kernels if k != "load_inline"]
-    if backend == "triton" and not triton_kernels:
-        rep.errors.append("no @triton.jit kernel found: a pure-PyTorch ModelNew earns nothing")
-    if backend == "cuda" and "load_inline" not in rep.kernels:
-        rep.errors.append("no CUDA extension (torch.utils.cpp_extension.load_inline) found")
+    rule = KERNEL_BACKENDS.get(backend)
+    if rule is not None and not rule.has_kernel(rep.kernels):
+        rep.errors.append(rule.missing_kernel)
     return rep

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from kforge.config.losses import loss_rule
 from kforge.credit.samples import Sample
 from kforge.learner import checkpoint as ckpt
 from kforge.learner import varlen
@@ -280,7 +281,7 @@ class Learner:
             sums.count("mismatch_rejected", float(rejected.sum().item()))
             is_mask = mask & batch.has_rollout
             sums.count("_is_tokens", float(is_mask.sum().item()))
-            sums.add("is_ratio", tl.ratio if lc.loss_fn == "importance_sampling" else torch.exp(old_lp - rollout), is_mask)
+            sums.add("is_ratio", tl.ratio if loss_rule(lc.loss_fn).surrogate == "truncated_is" else torch.exp(old_lp - rollout), is_mask)
             sums.add("is_clipped", tl.is_clipped.float(), is_mask)
             sums.add("logp_diff", (old_lp - rollout).abs(), is_mask)
 

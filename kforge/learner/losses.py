@@ -7,7 +7,7 @@ Notation (all per response token, shape [batch, tokens]):
   rollout  log-prob that the rollout engine reported when it sampled the token
   A        advantage (per sequence, broadcast over its tokens, or per token after a KL adjustment)
 
-Losses (``learner.loss_fn``):
+Losses (``learner.loss_fn``; their table, with each one's surrogate, is ``kforge.config.losses``):
   importance_sampling  REINFORCE weighted by the ratio to the sampling policy, truncated:
                        value min(r, C) * A, gradient min(r, C) * A * grad(logp), r = exp(logp - rollout)
   nll                  -A * logp, no ratio: with every advantage 1 the mean negative log-likelihood of the
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-LOSSES = ("importance_sampling", "nll", "ppo", "grpo", "dr_grpo")
+from kforge.config.losses import loss_rule
 
 
 @dataclass
@@ -80,7 +80,8 @@ def token_loss(
 ) -> TokenLoss:
     """The per-token loss of ``loss_fn`` (see the module docstring). ``advantages`` broadcasts to ``logp``:
     pass shape [batch, 1] for per-sequence advantages."""
-    if loss_fn == "importance_sampling":
+    surrogate = loss_rule(loss_fn).surrogate
+    if surrogate == "truncated_is":
         ratio = torch.exp((logp - rollout).detach())
         capped = ratio.clamp(max=is_clip)
         # value min(r, C); gradient min(r, C) * grad(logp). exp(logp - logp.detach()) is exactly 1 with
@@ -89,10 +90,10 @@ def token_loss(
         loss = -weighted * advantages
         false = torch.zeros_like(logp, dtype=torch.bool)
         return TokenLoss(loss, ratio, capped, ratio > is_clip, false)
-    if loss_fn == "nll":
+    if surrogate == "likelihood":
         ones, false = torch.ones_like(logp), torch.zeros_like(logp, dtype=torch.bool)
         return TokenLoss(-logp * advantages, ones, ones, false, false)
-    if loss_fn in ("ppo", "grpo", "dr_grpo"):
+    if surrogate == "clipped":
         weight, is_clipped = truncated_is_weight(old, rollout, is_clip)
         ratio = torch.exp(bounded(logp - old.detach()))
         unclipped = ratio * advantages
@@ -104,7 +105,7 @@ def token_loss(
         # must be 0, not NaN, and must not reach the gradient either.
         loss = torch.where(weight > 0, -weight * surrogate, torch.zeros_like(surrogate))
         return TokenLoss(loss, ratio.detach(), weight, is_clipped, active.detach())
-    raise ValueError(f"learner.loss_fn {loss_fn!r} is unknown; use one of {', '.join(LOSSES)}")
+    raise ValueError(f"surrogate {surrogate!r} of learner.loss_fn {loss_fn!r} is not computed here")
 
 
 def mismatch_rejected(
@@ -130,7 +131,7 @@ def mismatch_rejected(
 
 def reduction_for(loss_fn: str, aggregation: str) -> str:
     """dr_grpo always reduces by the constant budget; the others follow learner.loss_aggregation."""
-    return "constant" if loss_fn == "dr_grpo" else aggregation
+    return "constant" if loss_rule(loss_fn).constant_reduction else aggregation
 
 
 def aggregate(

@@ -16,6 +16,7 @@ from typing import Callable
 
 from kforge.config.schema import KforgeConfig
 from kforge.gpus import Gpu, query_gpus, visible_records  # noqa: F401 (Gpu re-exported)
+from kforge.kernel_backends import KERNEL_BACKENDS
 from kforge.ops.doctor_base import GIB, CheckResult, Status, can_start, gpu_reasons  # noqa: F401 (re-exported)
 from kforge.ops.doctor_data import (  # noqa: F401 (re-exported)
     check_disk, check_model, check_problems, check_rag, hub_cached, hub_head,
@@ -24,6 +25,7 @@ from kforge.ops.preflight import check_gpus, check_wandb, preflight  # noqa: F40
 from kforge.ops.doctor_runtime import (  # noqa: F401 (re-exported)
     TritonProbe, _nvcc_path, check_cuda_toolchain, check_sandbox, check_triton_and_torch, nvcc_release,
 )
+from kforge.policy.prompts import PROMPT_OPTIONS
 
 
 # ------------------------------------------------------------------------------------------- packages
@@ -81,12 +83,13 @@ def _older(version: str, minimum: str) -> bool:
 
 def package_need(label: str, cfg: KforgeConfig, gpus_visible: bool) -> tuple[str, str]:
     """("required" | "wanted" | "unused", why) for one package under this config."""
-    raicl = cfg.dataset.prompt_option == "raicl"
+    raicl = PROMPT_OPTIONS[cfg.dataset.prompt_option].retrieves
+    kernels = KERNEL_BACKENDS[cfg.dataset.backend]
     table: dict[str, tuple[str, str]] = {
         "torch": ("required", "everything"),
         "transformers": ("required", "model loading"),
         "peft": ("required", "the LoRA learner"),
-        "triton": ("required", "dataset.backend=triton") if cfg.dataset.backend == "triton"
+        "triton": ("required", f"dataset.backend={cfg.dataset.backend}") if kernels.toolchain == "triton_probe"
         else ("wanted", "Triton kernels"),
         "bitsandbytes": ("required", "model.load_in_4bit=true") if cfg.model.load_in_4bit
         else ("unused", "model.load_in_4bit=false"),

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from kforge.config.schema import KforgeConfig
+from kforge.kernel_backends import KERNEL_BACKENDS
 
 Status = Literal["pass", "warn", "fail"]
 GIB = 1024**3
@@ -36,8 +37,8 @@ def gpu_only(cfg: KforgeConfig) -> list[str]:
         reasons.append("rollout.backend=vllm")
     if cfg.model.load_in_4bit:
         reasons.append("model.load_in_4bit=true")
-    if cfg.dataset.backend == "cuda":
-        reasons.append("dataset.backend=cuda")
+    if KERNEL_BACKENDS[cfg.dataset.backend].needs_gpu:
+        reasons.append(f"dataset.backend={cfg.dataset.backend}")
     return reasons
 
 

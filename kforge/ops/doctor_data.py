@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kforge.config.schema import KforgeConfig
 from kforge.ops.doctor_base import GIB, CheckResult
+from kforge.policy.prompts import PROMPT_OPTIONS
 
 # --------------------------------------------------------------------------------------------- model
 
@@ -168,7 +169,7 @@ def _embedder_folder(name: str) -> Path | None:
 
 def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
     ds = cfg.dataset
-    if ds.prompt_option != "raicl":
+    if not PROMPT_OPTIONS[ds.prompt_option].retrieves:
         return [CheckResult("rag index", "pass", f"not used (prompt_option={ds.prompt_option})")]
     build = f"kforge rag build --backend {ds.backend}"
     if not ds.rag_index_path:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from kforge.config.schema import KforgeConfig
+from kforge.kernel_backends import KERNEL_BACKENDS, cpu_backends
 from kforge.ops.doctor_base import CheckResult, Status
 
 # --------------------------------------------------------------------------------- torch, CUDA, Triton
@@ -129,7 +130,7 @@ def check_triton_and_torch(cfg: KforgeConfig, report: dict, gpus_visible: bool) 
                                 + (f" (CUDA {torch_cuda} build)" if torch_cuda else " (CPU build)") + ", no GPU to use"))
     # the kernel
     where = "on GPU 0" if gpus_visible else "in the Triton interpreter (TRITON_INTERPRET=1, CPU)"
-    need = cfg.dataset.backend == "triton"
+    need = KERNEL_BACKENDS[cfg.dataset.backend].toolchain == "triton_probe"
     if report.get("ok"):
         rows.append(CheckResult("triton kernel", "pass",
                                 f"triton {report.get('triton')}: vector add compiled and ran {where} "
@@ -162,9 +163,9 @@ def nvcc_release(nvcc: str) -> str | None:
 
 def check_cuda_toolchain(cfg: KforgeConfig, torch_cuda: str | None, gpus_visible: bool) -> list[CheckResult]:
     """nvcc, ninja and a C++ compiler: what `load_inline` needs for dataset.backend=cuda."""
-    need = cfg.dataset.backend == "cuda"
+    need = KERNEL_BACKENDS[cfg.dataset.backend].toolchain == "nvcc"
     miss: Status = "fail" if need else "pass"
-    why = "dataset.backend=cuda" if need else f"not needed: dataset.backend={cfg.dataset.backend}"
+    why = f"dataset.backend={cfg.dataset.backend}" if need else f"not needed: dataset.backend={cfg.dataset.backend}"
     rows = []
     nvcc = _nvcc_path()
     if nvcc is None:
@@ -186,9 +187,10 @@ def check_cuda_toolchain(cfg: KforgeConfig, torch_cuda: str | None, gpus_visible
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     rows.append(CheckResult("c++ compiler", "pass", cxx) if cxx else
                 CheckResult("c++ compiler", miss, f"not found ({why})", "install g++ (apt-get install g++)" if need else ""))
-    if need and not gpus_visible:
-        rows.append(CheckResult("cuda backend", "fail", "dataset.backend=cuda but no GPU is visible: candidates would "
-                                "all be reported as unsupported", "run on a GPU machine or set dataset.backend=triton"))
+    if KERNEL_BACKENDS[cfg.dataset.backend].needs_gpu and not gpus_visible:
+        rows.append(CheckResult(f"{cfg.dataset.backend} backend", "fail", f"dataset.backend={cfg.dataset.backend} but "
+                                "no GPU is visible: candidates would all be reported as unsupported",
+                                f"run on a GPU machine or set dataset.backend={cpu_backends()}"))
     return rows
 
 

@@ -18,6 +18,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.gpus import Gpu, query_gpus, visible_records
 from kforge.ops.doctor_base import CheckResult, gpu_only, gpu_reasons
 from kforge.ops.doctor_data import check_disk, check_model, check_rag
+from kforge.policy.prompts import PROMPT_OPTIONS
 
 
 def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
@@ -151,7 +152,7 @@ def check_rag_leak(cfg: KforgeConfig) -> list[CheckResult]:
     from kforge.rag.manifest import leak_guard
 
     ds = cfg.dataset
-    guard = leak_guard(Path(ds.rag_index_path)) if ds.prompt_option == "raicl" and ds.rag_index_path else None
+    guard = leak_guard(Path(ds.rag_index_path)) if PROMPT_OPTIONS[ds.prompt_option].retrieves and ds.rag_index_path else None
     if guard is None:
         return []  # no index (check_rag says so), or one from before the leak guard recorded anything
     try:

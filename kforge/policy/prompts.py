@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kforge.errors import UserError
+from kforge.kernel_backends import KERNEL_BACKENDS, SOLUTIONS_BACKEND, KernelBackend, names
 from kforge.policy.examples import Example, ExampleRetriever
 from kforge.problems.record import Problem
 
 if TYPE_CHECKING:
     from kforge.config.schema import KforgeConfig
 
-PROMPT_OPTIONS = ("zero_shot", "one_shot", "few_shot", "raicl", "compact")
 FEW_SHOT_K = 3
 KERNEL_OPEN, KERNEL_CLOSE = "<KERNEL>", "</KERNEL>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -26,6 +26,25 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 class PromptError(UserError):
     """The prompt cannot be built (bad option, no chat template, no examples); one line for the user."""
+
+
+@dataclass(frozen=True)
+class PromptOption:
+    """One `dataset.prompt_option`: what its prompts show."""
+
+    k: int  # worked examples shown (raicl: dataset.raicl_k)
+    retrieves: bool  # the examples come from the example retriever (a RAG index), not the built-in suite
+    compact: bool = False  # a few lines of instructions and an answer skeleton instead of the full rules
+
+
+# The prompt options, the one place their names live (tests/test_layout.py checks the schema's literal).
+PROMPT_OPTIONS: dict[str, PromptOption] = {
+    "zero_shot": PromptOption(k=0, retrieves=False),
+    "one_shot": PromptOption(k=1, retrieves=False),
+    "few_shot": PromptOption(k=FEW_SHOT_K, retrieves=False),
+    "raicl": PromptOption(k=3, retrieves=True),
+    "compact": PromptOption(k=0, retrieves=False, compact=True),
+}
 
 
 @dataclass(frozen=True)
@@ -50,30 +69,15 @@ class BuiltPrompt:
         return len(self.ids)
 
 
-BACKEND_RULES = {
-    "triton": (
-        "Write the kernels in Triton (`import triton`, `import triton.language as tl`) as `@triton.jit` "
-        "functions, launched from `ModelNew.forward`.",
-        "The Triton kernels must do the actual computation. PyTorch may allocate outputs and reshape or view "
-        "tensors, but must not compute the result (no torch.matmul, F.softmax, torch.sum and the like on the "
-        "main path, no try/except fallback to PyTorch, no calling or subclassing `Model`).",
-    ),
-    "cuda": (
-        "Write the kernels in CUDA C++ and compile them inline with "
-        "`torch.utils.cpp_extension.load_inline(name=..., cpp_sources=..., cuda_sources=..., functions=[...])`: "
-        "`cuda_sources` holds the `__global__` kernels and a host function that launches them and returns "
-        "torch::Tensor results, `cpp_sources` declares that host function. Call it from `ModelNew.forward`.",
-        "The CUDA kernels must do the actual computation. PyTorch may allocate outputs and reshape or view "
-        "tensors, but must not compute the result (no torch.matmul, F.softmax, torch.sum and the like on the "
-        "main path, no try/except fallback to PyTorch, no calling or subclassing `Model`).",
-    ),
-}
+def _backend(backend: str) -> KernelBackend:
+    if backend not in KERNEL_BACKENDS:
+        raise PromptError(f"kernel backend {backend!r} is not one of {names()}")
+    return KERNEL_BACKENDS[backend]
 
 
 def system_prompt(backend: str, thinking: bool) -> str:
-    if backend not in BACKEND_RULES:
-        raise PromptError(f"kernel backend {backend!r} is not one of {', '.join(BACKEND_RULES)}")
-    how, must = BACKEND_RULES[backend]
+    rule = _backend(backend)
+    how, must = rule.how, rule.must
     lines = [
         "You are an expert GPU kernel engineer. You are given a PyTorch module `Model`; write `ModelNew`, a "
         "drop-in replacement that computes the same outputs faster with custom kernels.",
@@ -107,22 +111,14 @@ COMPACT_SYSTEM = (
     "signature that computes the same result with {how}. Answer with the whole module in exactly this form "
     "and nothing else:"
 )
-COMPACT_HOW = {"triton": "Triton kernels (`@triton.jit`)", "cuda": "CUDA kernels compiled with `load_inline`"}
-COMPACT_SKELETON = {
-    "triton": "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n"
-              "@triton.jit\ndef kernel(...):\n    ...\n\nclass ModelNew(nn.Module):\n    ...",
-    "cuda": "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
-            "ext = load_inline(...)\n\nclass ModelNew(nn.Module):\n    ...",
-}
 
 
 def compact_system_prompt(backend: str, thinking: bool) -> str:
-    if backend not in COMPACT_HOW:
-        raise PromptError(f"kernel backend {backend!r} is not one of {', '.join(COMPACT_HOW)}")
-    lines = [COMPACT_SYSTEM.format(how=COMPACT_HOW[backend])]
+    rule = _backend(backend)
+    lines = [COMPACT_SYSTEM.format(how=rule.compact_how)]
     if thinking:
         lines.append(f"{THINK_OPEN}your reasoning{THINK_CLOSE}")
-    lines.append(format_answer(COMPACT_SKELETON[backend]))
+    lines.append(format_answer(rule.skeleton))
     return "\n".join(lines)
 
 
@@ -150,7 +146,7 @@ def builtin_examples(backend: str = "triton") -> list[Example]:
                     name=problem.name,
                     pytorch_code=problem.code,
                     kernel_code=problem.solution,
-                    backend="triton",
+                    backend=SOLUTIONS_BACKEND,
                     source="builtin",
                     problem_key=problem.key,
                 )
@@ -192,9 +188,10 @@ class PromptBuilder:
     ) -> None:
         if option not in PROMPT_OPTIONS:
             raise PromptError(f"prompt option {option!r} is not one of {', '.join(PROMPT_OPTIONS)}")
-        if option == "raicl" and retriever is None:
+        self.rule = PROMPT_OPTIONS[option]
+        if self.rule.retrieves and retriever is None:
             raise PromptError(
-                "prompt_option=raicl needs an example retriever: build an index with `kforge rag build` "
+                f"prompt_option={option} needs an example retriever: build an index with `kforge rag build` "
                 "and set dataset.rag_index_path"
             )
         self.tokenizer = tokenizer
@@ -202,7 +199,7 @@ class PromptBuilder:
         self.backend = backend
         self.thinking = thinking
         self.retriever = retriever
-        self.k = k if k is not None else {"zero_shot": 0, "one_shot": 1, "few_shot": FEW_SHOT_K, "raicl": 3, "compact": 0}[option]
+        self.k = k if k is not None else self.rule.k
         self.keep_thinking = keep_thinking
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
@@ -210,7 +207,7 @@ class PromptBuilder:
             raise PromptError(
                 f"tokenizer of {name} has no chat template; set model.chat_template to a Jinja chat template"
             )
-        self.system = compact_system_prompt(backend, thinking) if option == "compact" else system_prompt(backend, thinking)
+        self.system = compact_system_prompt(backend, thinking) if self.rule.compact else system_prompt(backend, thinking)
         self._pool = examples
         self._cache: dict[str, list[Example]] = {}
 
@@ -230,7 +227,7 @@ class PromptBuilder:
             thinking=cfg.episode.thinking,
             examples=examples,
             retriever=retriever,
-            k=cfg.dataset.raicl_k if option == "raicl" else None,
+            k=cfg.dataset.raicl_k if option in PROMPT_OPTIONS and PROMPT_OPTIONS[option].retrieves else None,
             chat_template=cfg.model.chat_template,
             keep_thinking=cfg.episode.keep_thinking,
         )
@@ -242,7 +239,7 @@ class PromptBuilder:
             return []
         cache_key = f"{problem.source}|{problem.key}|{problem.name}"
         if cache_key not in self._cache:
-            if self.option == "raicl":
+            if self.rule.retrieves:
                 assert self.retriever is not None
                 found = self.retriever.retrieve(problem, self.k)
             else:
@@ -250,7 +247,7 @@ class PromptBuilder:
                     self._pool = builtin_examples(self.backend)
                 found = list(self._pool)
             chosen = [e for e in found if not is_same_problem(e, problem)][: self.k]
-            if not chosen and self.option != "raicl":
+            if not chosen and not self.rule.retrieves:
                 raise PromptError(
                     f"prompt_option={self.option} needs worked examples for {self.backend} besides problem "
                     f"{problem.key}, and none are available; use prompt_option=zero_shot"
@@ -283,7 +280,7 @@ class PromptBuilder:
                 "Write an improved `ModelNew`: fix what failed, or make a correct kernel faster. "
                 f"Answer in the same format: the complete module inside {KERNEL_OPEN}...{KERNEL_CLOSE}."
             )
-        elif self.option == "compact":
+        elif self.rule.compact:
             parts.append(f"Answer now, starting with {KERNEL_OPEN}.")
         else:
             parts.append(f"Answer with the complete module inside {KERNEL_OPEN}...{KERNEL_CLOSE}.")

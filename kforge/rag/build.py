@@ -9,10 +9,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
+from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.problems.record import Problem
 from kforge.rag.corpus import (
-    BACKENDS,
-    DEFAULT_HUB_CORPUS,
     Corpus,
     CorpusEntry,
     dedupe,
@@ -57,7 +56,7 @@ class BuildReport:
 
 def default_corpora(backend: str) -> list[str]:
     """The corpora a build requests when none is named: the built-in suite and the backend's hub corpus."""
-    return ["builtin", DEFAULT_HUB_CORPUS[backend]]
+    return ["builtin", KERNEL_BACKENDS[backend].hub_corpus]
 
 
 def build_index(
@@ -83,8 +82,8 @@ def build_index(
     (recorded in the manifest for `kforge train` to check).
     progress: called with (done, total) while embedding. stage: called with the name of each step.
     """
-    if backend not in BACKENDS:
-        raise RagError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend not in KERNEL_BACKENDS:
+        raise RagError(f"backend {backend!r} is not one of {names()}")
     say = stage or (lambda _msg: None)
     seconds: dict[str, float] = {}
     notes: list[str] = []

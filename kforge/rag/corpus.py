@@ -32,22 +32,20 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from kforge.jsonl import iter_objects
+from kforge.kernel_backends import KERNEL_BACKENDS, SOLUTIONS_BACKEND, guess_backend
 from kforge.policy.examples import Example
 from kforge.rag.errors import RagError
 from kforge.rag.text import code_hash, code_tokens, structure_hash
 
-BACKENDS = ("triton", "cuda")
 KERNELBOOK = "GPUMODE/KernelBook"
 SAKANA = "SakanaAI/AI-CUDA-Engineer-Archive"
 HUB_ALIASES = {"kernelbook": KERNELBOOK, "sakana": SAKANA}
-# The hub corpus that `build` adds by default for each backend when the hub can be reached.
-DEFAULT_HUB_CORPUS = {"triton": "kernelbook", "cuda": "sakana"}
 
 # Column names, first match wins: our schema, then KernelBook's, then the Sakana archive's.
 _NAME_COLUMNS = ("name", "module_name", "Op_Name", "entry_point", "Kernel_Name")
 _PYTORCH_COLUMNS = ("pytorch_code", "python_code", "PyTorch_Code_Module")
 _KERNEL_COLUMNS = ("kernel_code", "triton_code", "CUDA_Code")
-_BACKEND_OF_COLUMN = {"triton_code": "triton", "CUDA_Code": "cuda"}
+_BACKEND_OF_COLUMN = {b.corpus_column: b.name for b in KERNEL_BACKENDS.values()}
 
 
 @dataclass(frozen=True)
@@ -118,15 +116,6 @@ class Corpus:
         return h.hexdigest()
 
 
-def guess_backend(kernel_code: str) -> str | None:
-    """triton or cuda from what the kernel code uses; None when it shows neither."""
-    if "load_inline" in kernel_code or "__global__" in kernel_code or "#include" in kernel_code:
-        return "cuda"
-    if "triton" in kernel_code:
-        return "triton"
-    return None
-
-
 def load_corpus(spec: str) -> Corpus:
     """Read one corpus spec (see the module docstring); raises RagError with a one-line reason."""
     text = (spec or "").strip()
@@ -165,7 +154,7 @@ def load_builtin() -> Corpus:
             name=p.name,
             pytorch_code=p.code,
             kernel_code=p.solution,
-            backend="triton",
+            backend=SOLUTIONS_BACKEND,
             source=p.source,
             problem_key=p.key,
         )
@@ -296,7 +285,7 @@ def _entry_from_row(row: dict[str, Any], default_source: str) -> tuple[str, Corp
     if name is None:
         name = f"entry_{code_hash(pytorch_code)[:12]}"
     backend = row.get("backend") or _BACKEND_OF_COLUMN.get(kernel_column or "") or guess_backend(kernel_code)
-    if backend not in BACKENDS:
+    if backend not in KERNEL_BACKENDS:
         return "unknown backend", None
     key = row.get("problem_key")
     return "", CorpusEntry(

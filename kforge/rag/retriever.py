@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from kforge.policy.examples import Example
+from kforge.policy.prompts import PROMPT_OPTIONS
 from kforge.problems.record import Problem
 from kforge.rag.corpus import CorpusEntry
 from kforge.rag.embed import Embedder, EmbedderSpec, resolve_embedder
@@ -161,10 +162,11 @@ class _SelfMatch:
 
 def retriever_for(dataset: "DatasetConfig") -> RagRetriever | None:
     """The example retriever a run's prompts need (prompt_option=raicl), or None for every other option."""
-    if dataset.prompt_option != "raicl":
+    if not PROMPT_OPTIONS[dataset.prompt_option].retrieves:
         return None
     if not dataset.rag_index_path:
-        raise RagError("dataset.prompt_option=raicl needs dataset.rag_index_path (build one with `kforge rag build`)")
+        raise RagError(f"dataset.prompt_option={dataset.prompt_option} needs dataset.rag_index_path "
+                       "(build one with `kforge rag build`)")
     return load_retriever(dataset.rag_index_path, backend=dataset.backend)
 
 

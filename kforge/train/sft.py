@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kforge.config.losses import SUPERVISED_LOSS
 from kforge.config.schema import KforgeConfig
 from kforge.problems.record import Problem
 
@@ -152,7 +153,7 @@ def sft_config(cfg: KforgeConfig, learning_rate: float | None) -> KforgeConfig:
     importance ratios (there is no sampler)."""
     out = cfg.model_copy(deep=True)
     lc = out.learner
-    lc.loss_fn, lc.loss_aggregation, lc.num_substeps = "nll", "token_mean", 1
+    lc.loss_fn, lc.loss_aggregation, lc.num_substeps = SUPERVISED_LOSS, "token_mean", 1
     lc.kl_coef, lc.entropy_coef, lc.shuffle_advantages = 0.0, 0.0, False
     lc.mismatch_reject_ratio = lc.mismatch_token_veto = None
     if learning_rate is not None:

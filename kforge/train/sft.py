@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.problems.record import Problem
 
 SFT_FILE = "sft.json"  # beside the adapter: what it was trained on and its losses
 
 
-class SftError(ValueError):
+class SftError(UserError):
     """The warm start cannot run as asked; the message is one line for the user."""
 
 

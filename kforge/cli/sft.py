@@ -47,7 +47,7 @@ def sft(
                           f"{', '.join(p.name for p in left_out)}", highlight=False, soft_wrap=True)
     else:
         pairs = warm.read_pairs(data, cfg)
-    pairs = _only(pairs, problems)
+    pairs = warm.only(pairs, problems)
     warm.refuse_leaks(pairs, held_out, cfg)
     train_pairs, heldout_pairs = warm.split_pairs(pairs, holdout, cfg.dataset.seed)
     run_cfg = warm.sft_config(cfg, lr)
@@ -73,16 +73,3 @@ def sft(
     console.print(f"wrote {folder}: start RL from it with `kforge train --preset {cfg.preset or 'default'} "
                   f"model.checkpoint={folder}`", highlight=False, soft_wrap=True)
 
-
-def _only(pairs: list, spec: Optional[str]) -> list:
-    from kforge.problems import ProblemSourceError, select_problems
-    from kforge.train.sft import SftError
-
-    if not spec:
-        return pairs
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    try:
-        chosen = {p.key for p in select_problems([p.problem for p in pairs], names=names)}
-    except ProblemSourceError as exc:
-        raise SftError(f"--problems: {exc}") from None
-    return [p for p in pairs if p.problem.key in chosen]

@@ -124,6 +124,20 @@ def read_pairs(path: Path, cfg: KforgeConfig) -> list[Pair]:
     return pairs
 
 
+def only(pairs: list[Pair], spec: str | None) -> list[Pair]:
+    """The pairs of the problems `spec` names (--problems: comma-separated keys or names); all when None."""
+    from kforge.problems import ProblemSourceError, select_problems
+
+    if not spec:
+        return pairs
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    try:
+        chosen = {p.key for p in select_problems([p.problem for p in pairs], names=names)}
+    except ProblemSourceError as exc:
+        raise SftError(f"--problems: {exc}") from None
+    return [p for p in pairs if p.problem.key in chosen]
+
+
 def refuse_leaks(pairs: list[Pair], held_out: list[Problem], cfg: KforgeConfig) -> None:
     for pair in pairs:
         for h in held_out:

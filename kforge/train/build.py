@@ -1,6 +1,6 @@
 """Everything a run needs, built in one place from the config: problems and their split, the eval pool,
 the learner (in-process on a CPU, its own process on GPUs), the rollout backend, the episode runner and
-the trainer. `kforge train` only parses, calls `build_trainer` and prints."""
+the trainer. The run's lifecycle (train/lifecycle.py) calls `build_trainer` and drives what it returns."""
 
 from __future__ import annotations
 

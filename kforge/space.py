@@ -85,3 +85,9 @@ def write_failure(exc: BaseException) -> str | None:
                 return f"cannot write in {cause.filename}: {cause.strerror}"
             return f"cannot write {cause.filename} (in {Path(cause.filename).parent}): {cause.strerror}"
     return None
+
+
+def run_write_failure(exc: BaseException, run_path: str | Path) -> str | None:
+    """`write_failure` for a training run: one line that also says how to go on, instead of a traceback."""
+    why = write_failure(exc)
+    return f"{why}; free space or fix its rights there, then kforge train --resume {run_path}" if why else None

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kforge.config.loader import resolve, to_yaml
-from kforge.ops.export import ExportError, find_adapter, locate_source
-from kforge.runs.folder import RunFolder
+from kforge.ops.export import find_adapter, locate_source
+from kforge.runs.folder import RunFolder, RunNotFound
 
 PROMPT = [{"role": "user", "content": "Write a Triton kernel that adds two vectors."}]
 NEW_TOKENS = 16
@@ -73,7 +73,7 @@ def test_locate_source_picks_last_or_given_step(trained):
     assert src.step == 4 and src.adapter_dir.name == "adapter" and src.config.preset == "tiny"
     assert src.metrics["reward/mean"] == pytest.approx(0.4)
     assert locate_source("exp", trained["root"], step=2).step == 2
-    with pytest.raises(ExportError, match="--step 2, 4"):
+    with pytest.raises(RunNotFound, match="--step 2, 4"):
         locate_source("exp", trained["root"], step=3)
     # A checkpoint folder given directly still finds its run's config.
     ck = locate_source(str(trained["run"].path / "checkpoints" / "step_000002"))

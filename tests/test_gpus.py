@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import kforge.gpus as gpus
-from kforge.train.placement import PlacementError, plan_placement
+from kforge.train.placement import plan_placement
 
 
 def machine(monkeypatch, n: int) -> None:
@@ -44,10 +44,10 @@ def test_placement_rejects_gpus_that_are_not_visible(monkeypatch):
     machine(monkeypatch, 0)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert plan_placement().mode == "cpu"
-    with pytest.raises(PlacementError, match="learner GPU 1 does not exist: no GPU is visible"):
+    with pytest.raises(gpus.GpuIndexError, match="learner GPU 1 does not exist: no GPU is visible"):
         plan_placement(None, {"learner": [1]})  # on a CPU machine this used to be ignored
     machine(monkeypatch, 2)
-    with pytest.raises(PlacementError, match="eval GPU 2 does not exist: 2 GPU"):
+    with pytest.raises(gpus.GpuIndexError, match="eval GPU 2 does not exist: 2 GPU"):
         plan_placement(None, {"eval": [2]})
     plan = plan_placement(None, {"eval": [0]})
     assert (plan.mode, plan.rollout, plan.learner, plan.eval) == ("split", [0], [1], [0])

@@ -269,6 +269,37 @@ def test_baseline_file_matches_kernelbench_format(tmp_path: Path) -> None:
     assert baseline_file.default_filename("compile") == "baseline_time_torch_compile_inductor_default.json"
 
 
+def test_timing_references_keeps_going_past_a_failure_and_writes_after_each(tmp_path: Path) -> None:
+    from kforge.evaluator.verdict import Timings
+    from kforge.ops.baseline import default_path, time_references
+    from kforge.problems.record import Problem
+
+    relu, boom, gemm = (Problem(1, 19, "19_ReLU", "x = 1\n"), Problem(1, 20, "20_Boom", "x = 1\n"),
+                        Problem(2, 3, "3_Gemm", "x = 1\n"))
+    path = tmp_path / "b.json"
+
+    class Pool:  # the EvalPool's two members the timing uses
+        gpu_names = ["NVIDIA H100 80GB HBM3"]
+
+        def time_reference(self, problem, modes):
+            if problem is boom:
+                raise RuntimeError("child crashed\nTraceback ...\ntorch.OutOfMemoryError: CUDA out of memory")
+            if problem is gemm:  # the file holds the problems timed before it, in case the run stops here
+                assert "19_ReLU.py" in json.loads(path.read_text())["level1"]
+            return {"eager": Timings(2.0, 2.0, 0.1, 1.9, 2.2, 50)}
+
+    told = []
+    failed = time_references(Pool(), [relu, boom, gemm], "eager", baseline_file.load(path), path, 1,
+                             lambda p, ms, why: told.append((p.key, ms, why)))
+    assert failed == ["1/20"]
+    assert told == [("1/19", 2.0, None), ("1/20", None, "child crashed ... torch.OutOfMemoryError: CUDA out of memory"),
+                    ("2/3", 2.0, None)]
+    written = baseline_file.read(path)
+    assert sorted(written["level1"]) == ["19_ReLU.py"] and written["level2"]["3_Gemm.py"]["device"] == "cuda:1"
+    assert default_path("NVIDIA H100 80GB HBM3", "eager") == (
+        Path("baselines") / "NVIDIA_H100_80GB_HBM3" / baseline_file.default_filename("eager"))
+
+
 def test_a_baseline_file_is_read_by_its_module_and_judged_with_the_speedup_rule(tmp_path: Path) -> None:
     from kforge.evaluator.judge import file_timings, judge_speed
     from kforge.evaluator.verdict import Status, Timings, Verdict

@@ -250,20 +250,18 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
     assert [r.status for r in check_rag_leak(other)] == ["fail"]  # more held-out problems than the index leaves out
 
 
-def test_a_user_error_raised_in_a_command_is_one_line_and_exit_2(monkeypatch, capsys):
-    import typer
+def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the_app(tmp_path, capsys):
+    """runs/folder.py raises RunNotFound and no command re-words it: the app's command tree prints it once,
+    as text (a run name in brackets is not taken for markup), whether main() runs the app or a test does."""
+    from typer.testing import CliRunner
 
     from kforge.cli import app as cli
-    from kforge.runs.locate import LocateError
 
-    broken = typer.Typer(add_completion=False)
-
-    @broken.command()
-    def go() -> None:
-        raise LocateError("no run 'r' under runs; `kforge runs ls` lists them")
-
-    monkeypatch.setattr(cli, "app", broken)
+    expected = f"error: no run '[r]' under {tmp_path}"
     with pytest.raises(SystemExit) as done:
-        cli.main([])
+        cli.main(["runs", "show", "[r]", "--runs-dir", str(tmp_path)])
     assert done.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == ["error: no run 'r' under runs; `kforge runs ls` lists them"]
+    assert capsys.readouterr().err.strip().splitlines() == [expected]
+    res = CliRunner().invoke(app, ["runs", "show", "[r]", "--runs-dir", str(tmp_path)])
+    assert res.exit_code == 2 and isinstance(res.exception, (type(None), SystemExit))  # no traceback
+    assert res.stderr.strip().splitlines() == [expected]

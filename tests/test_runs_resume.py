@@ -130,3 +130,13 @@ def test_appends_after_a_whole_line_add_no_empty_line(tmp_path):
     for step in (1, 2, 3):
         append_jsonl(path, {"step": step})
     assert path.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'
+
+
+def test_a_dry_run_resume_repairs_nothing(tmp_path):
+    run = _run(tmp_path, "crashed", 2)
+    with open(run.path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 3, "reward/me')
+    before = _snapshot(run.path)
+    res = _train("--resume", str(run.path), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "torn line" not in res.stdout and _snapshot(run.path) == before  # the repair waits for a real start

@@ -10,6 +10,7 @@ import typer
 
 from kforge.cli import check, config_cmd, eval_cmd, problems, rag, runs, train
 from kforge.cli import doctor, export, sft
+from kforge.cli.common import Command, Commands
 
 app = typer.Typer(
     name="kforge",
@@ -21,6 +22,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=Commands,  # a UserError from any command: one line, exit 2
 )
 
 
@@ -53,7 +55,7 @@ app.command("export", help="Write a run's adapter as a clean PEFT folder, or a m
 # `kforge eval compare ...` here, where it has its own options and help.
 compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                           context_settings={"help_option_names": ["-h", "--help"]})
-compare_app.command(help="Compare two eval results files on the problems both hold.")(eval_cmd.compare)
+compare_app.command(help="Compare two eval results files on the problems both hold.", cls=Command)(eval_cmd.compare)
 app.add_typer(rag.app, name="rag")
 app.add_typer(runs.app, name="runs", help="The runs on disk: ls, show, stop, logs, watch, tb, rm.")
 app.add_typer(problems.app, name="problems", help="List and show the problems a source provides.")
@@ -82,9 +84,9 @@ def plain_help() -> None:
 
 
 def main(args: Optional[list[str]] = None) -> None:
-    """Run a command; a usage error or a UserError is one line on stderr and exit 2, Ctrl-C exit 130."""
-    from kforge.errors import UserError
-    from kforge.ui.console import fail, quiet_libraries
+    """Run a command; a usage error is one line on stderr and exit 2 (a UserError too: `Commands`), Ctrl-C
+    exit 130."""
+    from kforge.ui.console import quiet_libraries
 
     quiet_libraries()
     plain_help()
@@ -116,8 +118,6 @@ def main(args: Optional[list[str]] = None) -> None:
         code = exc.exit_code
     except typer.Exit as exc:
         code = exc.exit_code
-    except UserError as exc:  # raised anywhere below, reaches the user once, as it was written
-        code = fail(str(exc)).exit_code
     except aborts:
         print("interrupted", file=sys.stderr)
         code = 130

@@ -38,7 +38,7 @@ def _explain_rows() -> list[dict[str, Any]]:
 
 
 def _load_problem(spec: str, source: str) -> Any:
-    from kforge.problems import ProblemSourceError, find_problem, load_problems
+    from kforge.problems import find_problem, load_problems
     from kforge.problems.record import Problem
 
     path = Path(spec).expanduser()
@@ -48,10 +48,7 @@ def _load_problem(spec: str, source: str) -> Any:
         except (UnicodeDecodeError, ValueError):
             raise fail(f"problem file {path} is not a text file; give a KernelBench-format .py file") from None
         return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
-    try:
-        return find_problem(load_problems(source), spec)
-    except ProblemSourceError as exc:
-        raise fail(str(exc)) from None
+    return find_problem(load_problems(source), spec)
 
 
 def _devices(cpu: bool) -> list[int]:

@@ -1,14 +1,17 @@
-"""Options and helpers shared by several commands."""
+"""Options and helpers shared by several commands, and the one place where a UserError becomes output."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from kforge.config.loader import ConfigError, ResolvedConfig, resolve
+from kforge.config.loader import ResolvedConfig, resolve
+from kforge.errors import UserError
 from kforge.ui.console import fail
+
 
 def _preset_help() -> str:
     from kforge.config.loader import preset_names
@@ -22,8 +25,29 @@ OverridesArg = typer.Argument(None, help="key.sub=value overrides, e.g. dataset.
 
 
 def load_config(preset: Optional[str], config: Optional[Path], overrides: Optional[list[str]]) -> ResolvedConfig:
-    """Resolve all layers or exit 2 with the one-line reason."""
+    """Resolve all layers (a ConfigError is the user's one line)."""
+    return resolve(preset, config, overrides or [])
+
+
+def _said_once(invoke: Callable[[Any], Any], ctx: Any) -> Any:
+    """Run a command; a UserError raised anywhere below it reaches the user here, once, as it was written:
+    one line on stderr and exit 2. Commands do not catch and re-word them on the way up."""
     try:
-        return resolve(preset, config, overrides or [])
-    except ConfigError as exc:
+        return invoke(ctx)
+    except UserError as exc:
         raise fail(str(exc)) from None
+
+
+class Commands(TyperGroup):
+    """The `kforge` command tree (`typer.Typer(cls=Commands)`): every subcommand runs through `_said_once`,
+    also when the app is run without `main()` (as the tests run it)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        return _said_once(super().invoke, ctx)
+
+
+class Command(TyperCommand):
+    """A Typer app of one command (`kforge eval compare`): the same as `Commands`."""
+
+    def invoke(self, ctx: Any) -> Any:
+        return _said_once(super().invoke, ctx)

@@ -86,7 +86,6 @@ def evaluate(
     runs_dir: str = typer.Option("runs", "--runs-dir", help="where run folders live, for a run given by name"),
 ) -> None:
     """Generate + evaluate (or evaluate given kernels): correctness, fast_p, speedups, pass@k; writes JSON."""
-    from kforge.errors import UserError
     from kforge.eval.build import EvalRequest, build_eval, flag_overrides
 
     if target == "compare":  # `kforge eval compare` reaches `compare` through the app; this is the fallback
@@ -94,12 +93,9 @@ def evaluate(
         return
     setup_logging("WARNING")
     user = list(extra or [])
-    try:
-        flags = flag_overrides(level, problems, source, backend, temperature, turns, baseline, user)
-        plan = build_eval(EvalRequest(target, user + flags, preset, config, split, samples, out, candidates, step,
-                                      resume, gpus, runs_dir, dry_run))
-    except UserError as exc:  # for callers that bypass main() (tests run the app directly)
-        raise fail(str(exc)) from None
+    flags = flag_overrides(level, problems, source, backend, temperature, turns, baseline, user)
+    plan = build_eval(EvalRequest(target, user + flags, preset, config, split, samples, out, candidates, step,
+                                  resume, gpus, runs_dir, dry_run))
     if plan.target is not None:
         _check_model(plan.target.model)
     for line in plan.skipped:
@@ -122,15 +118,11 @@ def _run(plan, resume: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kforge.eval.meta import split_summaries
-    from kforge.eval.runner import EvalTargetError
     from kforge.space import write_failure
 
     run = plan.make_run()
     if resume and plan.out.exists():
-        try:
-            kept = run.load_previous()
-        except EvalTargetError as exc:
-            raise fail(str(exc)) from None
+        kept = run.load_previous()
         console.print(f"resuming: {kept} finished samples kept from {plan.out}")
     _say(f"results: {plan.out}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -246,14 +238,11 @@ def compare(
                                       "they hold different problems (default: only the problems both hold)"),
 ) -> None:
     """Compare two results files: every summary metric of A and B and B - A, on the problems both hold."""
-    from kforge.eval.compare import CompareError, compare_files
+    from kforge.eval.compare import compare_files
 
     if len(files) != 2:
         raise fail("usage: kforge eval compare A.json B.json")
-    try:
-        cmp = compare_files(files[0], files[1], all_problems)
-    except CompareError as exc:
-        raise fail(str(exc)) from None
+    cmp = compare_files(files[0], files[1], all_problems)
     for name, doc in zip("AB", (cmp.a, cmp.b)):
         labels = [_label(doc, "split"), _label(doc, "baseline")]
         _say(f"{name}: {doc.get('target', '?')}; " + "; ".join(x for x in labels if x))

@@ -24,8 +24,8 @@ def export(
     """Write the adapter (adapter_config.json + adapter_model.safetensors + README) or, with --merge, the base
     model with the adapter merged in (safetensors, tokenizer, generation config) for transformers or vLLM."""
     from kforge.modelio import ModelLoadError
-    from kforge.ops.export import ExportError, export_adapter, export_merged, locate_source
-    from kforge.space import UnwritableFolder, check_writable, write_failure
+    from kforge.ops.export import export_adapter, export_merged, locate_source
+    from kforge.space import check_writable, write_failure
 
     if dtype is not None and dtype not in ("bfloat16", "float16", "float32"):
         raise fail(f"--dtype {dtype}: give bfloat16, float16 or float32")
@@ -39,8 +39,6 @@ def export(
             export_merged(src, out, force=force, dtype=dtype, device=device)
         else:
             export_adapter(src, out, force=force)
-    except (ExportError, UnwritableFolder) as exc:
-        raise fail(str(exc)) from None
     except OSError as exc:  # the disk filled up while writing: the staged folder is already gone
         why = write_failure(exc)
         if why is None:

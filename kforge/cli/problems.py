@@ -4,7 +4,6 @@ timing every reference on this GPU into a KernelBench-format baseline file."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Optional
 
@@ -27,13 +26,6 @@ SourceOpt = typer.Option(
     help="builtin | kernelbench (KERNELBENCH_ROOT, an installed kernelbench package, or the fetched cache) | hf | "
     "a .jsonl file | a KernelBench folder",
 )
-
-
-def _load(source: str, levels: list[int] | None) -> list[Problem]:
-    try:
-        return load_problems(source, levels)
-    except ProblemSourceError as exc:
-        raise fail(str(exc)) from None
 
 
 def _where(source: str) -> str:
@@ -65,7 +57,7 @@ def ls(
     as_json: bool = typer.Option(False, "--json", help="one JSON list on stdout instead of a table"),
 ) -> None:
     """List the problems of a source (key, name, level, lines, solution, hub needs) and where they came from."""
-    problems = _load(source, level)
+    problems = load_problems(source, level)
     where = _where(source)
     hub = _hub_notes(problems)
     if as_json:
@@ -119,11 +111,8 @@ def show(
     solution: bool = typer.Option(False, "--solution", help="show the reference Triton solution instead"),
 ) -> None:
     """Print one problem's code (or its reference solution), syntax-highlighted on a terminal."""
-    problems = _load(source, None)
-    try:
-        problem = find_problem(problems, spec)
-    except ProblemSourceError as exc:
-        raise fail(str(exc)) from None
+    problems = load_problems(source, None)
+    problem = find_problem(problems, spec)
     code = problem.code
     if solution:
         if problem.solution is None:
@@ -156,10 +145,7 @@ def fetch(
 
     if what.strip().lower() != "kernelbench":
         raise fail(f"cannot fetch {what!r}: the only fetchable problem set is kernelbench")
-    try:
-        record = fetch_kernelbench(via, origin, revision, say=lambda msg: console.print(escape(msg), highlight=False))
-    except ProblemSourceError as exc:
-        raise fail(str(exc)) from None
+    record = fetch_kernelbench(via, origin, revision, say=lambda msg: console.print(escape(msg), highlight=False))
     counts = ", ".join(f"{name} {n}" for name, n in record.counts.items())
     console.print(
         escape(f"fetched KernelBench via {record.via} from {record.origin} @ {record.revision or 'unknown revision'}: "
@@ -181,22 +167,23 @@ def baseline(
     overrides: Optional[list[str]] = OverridesArg,
 ) -> None:
     """Time every problem's reference on this GPU and write a KernelBench-format baseline JSON."""
-    from kforge.gpus import GpuIndexError, check_indices, visible_ids
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kforge.evaluator import EvalPool
+    from kforge.gpus import check_indices, visible_ids
+    from kforge.ops.baseline import default_path, time_references
     from kforge.problems import baseline as baseline_file
     from kforge.problems.hub import split_runnable
 
     mode = "compile" if compile_ else "eager"
-    problems = _load(source, level)
+    problems = load_problems(source, level)
     gpus = visible_ids()
     if not gpus:
         raise fail(
             "timing needs a GPU: this machine shows no NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES); "
             "run `kforge problems baseline` on the GPU the evaluations will use"
         )
-    try:
-        check_indices([gpu], len(gpus), "--gpu")
-    except GpuIndexError as exc:
-        raise fail(str(exc)) from None
+    check_indices([gpu], len(gpus), "--gpu")
     if not problems:
         raise fail(f"no problems in source {source!r} at level {', '.join(map(str, level))}")
     cfg = load_config(None, None, overrides).config
@@ -204,59 +191,30 @@ def baseline(
     for _, why in blocked:
         console.print(escape(f"skipped: {why}"), highlight=False, soft_wrap=True)
 
-    from kforge.evaluator import EvalPool
+    with EvalPool(cfg.evaluator, devices=[gpu]) as pool, \
+            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=console, disable=not console.is_terminal) as progress:
+        path = out or default_path(pool.gpu_names[0], mode)
+        doc = baseline_file.load(path)  # a file that is not a baseline is refused before any timing
+        progress.console.print(escape(f"timing {len(runnable)} references ({mode}) on {pool.gpu_names[0]} -> {path}"),
+                               highlight=False)
+        task = progress.add_task("timing", total=len(runnable))
+        done = [0]
 
-    with EvalPool(cfg.evaluator, devices=[gpu]) as pool:
-        hardware, device = pool.gpu_names[0], f"cuda:{gpu}"
-        path = out or Path("baselines") / _safe(hardware) / baseline_file.default_filename(mode)
-        try:
-            doc = baseline_file.load(path)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-        console.print(escape(f"timing {len(runnable)} references ({mode}) on {hardware} -> {path}"), highlight=False)
-        failed = _time_all(pool, runnable, mode, doc, path, hardware, device)
+        def each(problem: Problem, mean_ms: float | None, why: str | None) -> None:
+            done[0] += 1
+            progress.advance(task)
+            if why is not None:
+                progress.console.print(escape(f"{problem.key} {problem.name}: {why}"), highlight=False)
+            elif not console.is_terminal:
+                print(f"{done[0]}/{len(runnable)} {problem.key} {problem.name}: {mean_ms:.3g} ms", flush=True)
+
+        failed = time_references(pool, runnable, mode, doc, path, gpu, each)
     timed = len(runnable) - len(failed)
     console.print(escape(f"wrote {path}: {timed} problems timed, {len(failed)} failed, {len(blocked)} skipped"),
                   highlight=False)
     if failed:
         raise typer.Exit(1)
-
-
-def _time_all(pool, problems: list[Problem], mode: str, doc: dict, path: Path, hardware: str, device: str) -> list[str]:
-    """Time each reference, writing the file after every problem so an interruption keeps what finished."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from kforge.problems import baseline as baseline_file
-
-    failed: list[str] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
-        task = progress.add_task("timing", total=len(problems))
-        for done, problem in enumerate(problems, 1):
-            progress.update(task, description=f"timing {problem.key} {problem.name}")
-            try:
-                timings = pool.time_reference(problem, (mode,)).get(mode)
-                if timings is None:
-                    raise RuntimeError(f"no {mode} timings came back")
-            except RuntimeError as exc:
-                # One reference that fails (out of memory, a crash) must not cost the others their timings.
-                failed.append(problem.key)
-                # The pool's message may carry the child's traceback: its last line says what went wrong.
-                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-                why = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
-                progress.console.print(escape(f"{problem.key} {problem.name}: {why}"), highlight=False)
-            else:
-                baseline_file.add(doc, problem, timings, hardware, device)
-                baseline_file.write(path, doc)
-                if not console.is_terminal:
-                    print(f"{done}/{len(problems)} {problem.key} {problem.name}: {timings.mean_ms:.3g} ms", flush=True)
-            progress.advance(task)
-    return failed
-
-
-def _safe(name: str) -> str:
-    """A GPU name as a folder name: "NVIDIA H100 80GB HBM3" -> "NVIDIA_H100_80GB_HBM3"."""
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "gpu"
 
 
 def _lines(code: str) -> int:

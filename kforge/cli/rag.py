@@ -16,7 +16,6 @@ from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, rule
 
 if TYPE_CHECKING:
-    from kforge.config.schema import DatasetConfig
     from kforge.problems.record import Problem
     from kforge.rag.build import BuildReport
     from kforge.rag.embed import Progress
@@ -104,7 +103,8 @@ def build(
     overrides: Optional[list[str]] = OverridesArg,
 ) -> None:
     """`kforge rag build` (help text: BUILD_HELP)."""
-    from kforge.rag import Embedder, RagError, build_index
+    from kforge.rag import Embedder, build_index
+    from kforge.rag.leak import protection
 
     preset = preset or "default"  # the preset `kforge train` runs without --preset: its held-out set is protected
     cfg = load_config(preset, config, overrides).config
@@ -112,50 +112,24 @@ def build(
     if backend not in KERNEL_BACKENDS:
         raise fail(f"--backend {backend!r} is not one of {names()}")
     out_dir = out if out is not None else _default_out(backend)
-    protected = _protected_problems(cfg.dataset, protect) if leak_guard else None
-    try:
-        model = Embedder(embedder, batch_size=batch_size)
-        report = _run_build(
-            lambda progress, stage: build_index(
-                out_dir,
-                backend=backend,
-                corpora=corpus or None,
-                embedder=model,
-                hnsw=hnsw,
-                protect=protected,
-                leak_threshold=leak_threshold,
-                progress=progress,
-                stage=stage,
-                allow_partial=allow_partial,
-                held_out_of=_held_out_of(preset, cfg.dataset.source, protect) if protected is not None else None,
-            )
+    guard = protection(preset, cfg.dataset, protect) if leak_guard else None
+    model = Embedder(embedder, batch_size=batch_size)
+    report = _run_build(
+        lambda progress, stage: build_index(
+            out_dir,
+            backend=backend,
+            corpora=corpus or None,
+            embedder=model,
+            hnsw=hnsw,
+            protect=guard.problems if guard is not None else None,
+            leak_threshold=leak_threshold,
+            progress=progress,
+            stage=stage,
+            allow_partial=allow_partial,
+            held_out_of=guard.held_out_of if guard is not None else None,
         )
-    except RagError as exc:
-        raise fail(str(exc)) from None
+    )
     _print_report(report)
-
-
-def _held_out_of(preset: str, source: str, protect: Optional[list[str]]) -> dict[str, object]:
-    """Whose held-out problems the index leaves out, for `kforge train` to check."""
-    return {"sources": list(protect)} if protect else {"preset": preset, "source": source, "split": "test"}
-
-
-def _protected_problems(dataset: "DatasetConfig", sources: Optional[list[str]]) -> list["Problem"]:
-    """The problems the leak guard protects: every problem of each --protect source, else the test split
-    of the configured dataset."""
-    from kforge.problems import ProblemSourceError, load_problems
-    from kforge.rag import protected_test_split
-
-    try:
-        if sources:
-            found: dict[tuple[str, str], "Problem"] = {}
-            for source in sources:
-                for p in load_problems(source):
-                    found[(p.source, p.key)] = p
-            return list(found.values())
-        return protected_test_split(dataset)
-    except ProblemSourceError as exc:
-        raise fail(f"leak guard: {exc} (or pass --protect SOURCE, or --no-leak-guard)") from None
 
 
 def _run_build(run: "BuildRun") -> "BuildReport":
@@ -270,15 +244,12 @@ def query(
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {score, name, source, code, ...}"),
 ) -> None:
     """`kforge rag query` (help text: QUERY_HELP)."""
-    from kforge.rag import RagError, load_retriever
+    from kforge.rag import load_retriever
 
     folder = index if index is not None else _default_out(backend)
     asked = _find_problem(problem, source)
-    try:
-        retriever = load_retriever(str(folder), embedder)
-        examples = retriever.retrieve(asked, k)
-    except RagError as exc:
-        raise fail(str(exc)) from None
+    retriever = load_retriever(str(folder), embedder)
+    examples = retriever.retrieve(asked, k)
     if as_json:
         rows = [
             {
@@ -311,17 +282,14 @@ def query(
 
 
 def _find_problem(spec: str, source: str) -> "Problem":
-    from kforge.problems import ProblemSourceError, find_problem, load_problems
+    from kforge.problems import find_problem, load_problems
     from kforge.problems.record import Problem
 
     path = Path(spec).expanduser()
     if path.suffix == ".py" and path.is_file():
         code = path.read_text(encoding="utf-8")
         return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
-    try:
-        return find_problem(load_problems(source), spec)
-    except ProblemSourceError as exc:
-        raise fail(str(exc)) from None
+    return find_problem(load_problems(source), spec)
 
 
 @app.command("info")
@@ -330,12 +298,8 @@ def info(
     backend: str = typer.Option("triton", "--backend", "-b", help="picks the default --index: rag/<backend>"),
 ) -> None:
     """Print an index's manifest: embedder, counts, corpora with their hashes, what was dropped."""
-    from kforge.rag import RagError
     from kforge.rag.manifest import read_manifest
 
     folder = index if index is not None else _default_out(backend)
-    try:
-        manifest = read_manifest(folder)
-    except RagError as exc:
-        raise fail(str(exc)) from None
+    manifest = read_manifest(folder)
     print(json.dumps(manifest, indent=2))

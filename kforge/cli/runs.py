@@ -101,10 +101,7 @@ def show(
     problem: Optional[str] = typer.Option(None, "--problem", help="with --step: only this problem (e.g. 1/3)"),
 ) -> None:
     """One run in detail: status, config origin, latest metrics, checkpoints; with --step, a transcript."""
-    try:
-        run = find_run(name, runs_dir)
-    except FileNotFoundError as exc:
-        raise fail(str(exc)) from None
+    run = find_run(name, runs_dir)
     if step is not None:
         _show_transcript(run, step, problem, as_json)
         return
@@ -169,13 +166,6 @@ def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> N
                 console.print(f"[dim]feedback: {t['feedback'].strip()}[/]", highlight=False)
 
 
-def _find(name: str, runs_dir: str):
-    try:
-        return find_run(name, runs_dir)
-    except FileNotFoundError as exc:
-        raise fail(str(exc)) from None
-
-
 @app.command("stop")
 def stop(
     name: str = typer.Argument(..., help="run name or folder"),
@@ -188,7 +178,7 @@ def stop(
     """Ask a run to stop: it saves a checkpoint after the current step and exits with status "stopped"."""
     from kforge.ops.run_control import RunControlError, clear_stop, request_stop, terminate, wait_until_ended
 
-    run = _find(name, runs_dir)
+    run = find_run(name, runs_dir)
     try:
         if now:
             status = terminate(run, grace)
@@ -220,7 +210,7 @@ def logs(
 
     from kforge.ops.run_control import follow, is_active, last_lines, log_size
 
-    run = _find(name, runs_dir)
+    run = find_run(name, runs_dir)
     if not run.log_path.exists() and not (follow_ and is_active(run)):
         raise fail(f"run {run.name} has no {run.log_path.name} yet", code=1)
     start = log_size(run.log_path)
@@ -251,7 +241,7 @@ def watch(
 
     from kforge.ops.watch import plain_line, render, snapshot
 
-    run = _find(name, runs_dir)
+    run = find_run(name, runs_dir)
     if once:
         console.print(render(snapshot(run)))
         return
@@ -296,7 +286,7 @@ def tb(
 
     if not tensorboard_installed():
         raise fail(TENSORBOARD_MISSING, code=1)
-    runs = [_find(n, runs_dir) for n in names] if names else list(list_runs(runs_dir))
+    runs = [find_run(n, runs_dir) for n in names] if names else list(list_runs(runs_dir))
     try:
         logdirs = tensorboard_logdirs(runs)
         if not logdirs:
@@ -354,7 +344,7 @@ def rm(
     """Delete a run folder (asks first). A running run is never removed."""
     from kforge.ops.run_control import ACTIVE, RunControlError, remove_run
 
-    run = _find(name, runs_dir)
+    run = find_run(name, runs_dir)
     status = run.effective_status()
     if status in ACTIVE:  # refuse before asking: the answer could not change anything
         try:

@@ -33,28 +33,23 @@ def sft(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kforge.learner.lora import LearnerError
-    from kforge.policy.prompts import PromptError
-    from kforge.rag import RagError
     from kforge.train import sft as warm
 
     cfg = load_config(preset or "default", config, overrides).config
     folder = out or Path(f"sft-{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
     if folder.exists():
         raise fail(f"--out {folder} exists; kforge sft writes a new folder: pick another --out or move it away")
-    try:
-        held_out = warm.held_out_problems(cfg)
-        if data is None:
-            pairs, left_out = warm.default_pairs(held_out)
-            if left_out:
-                console.print(f"left out the solutions of {len(left_out)} problems this config holds out: "
-                              f"{', '.join(p.name for p in left_out)}", highlight=False, soft_wrap=True)
-        else:
-            pairs = warm.read_pairs(data, cfg)
-        pairs = _only(pairs, problems)
-        warm.refuse_leaks(pairs, held_out, cfg)
-        train_pairs, heldout_pairs = warm.split_pairs(pairs, holdout, cfg.dataset.seed)
-    except warm.SftError as exc:
-        raise fail(str(exc)) from None
+    held_out = warm.held_out_problems(cfg)
+    if data is None:
+        pairs, left_out = warm.default_pairs(held_out)
+        if left_out:
+            console.print(f"left out the solutions of {len(left_out)} problems this config holds out: "
+                          f"{', '.join(p.name for p in left_out)}", highlight=False, soft_wrap=True)
+    else:
+        pairs = warm.read_pairs(data, cfg)
+    pairs = warm.only(pairs, problems)
+    warm.refuse_leaks(pairs, held_out, cfg)
+    train_pairs, heldout_pairs = warm.split_pairs(pairs, holdout, cfg.dataset.seed)
     run_cfg = warm.sft_config(cfg, lr)
     console.print(f"{len(train_pairs)} training pairs, {len(heldout_pairs)} held out; {epochs} epochs of batches of "
                   f"{batch_size}, learning rate {run_cfg.learner.learning_rate:g}, LoRA rank {cfg.lora.rank}",
@@ -73,21 +68,8 @@ def sft(
 
         try:
             warm.run_sft(run_cfg, train_pairs, heldout_pairs, folder, epochs, batch_size, on_progress, say)
-        except (warm.SftError, LearnerError, PromptError, RagError) as exc:
+        except LearnerError as exc:  # the learner's own failure may carry a traceback: its first line
             raise fail(str(exc).splitlines()[0]) from None
     console.print(f"wrote {folder}: start RL from it with `kforge train --preset {cfg.preset or 'default'} "
                   f"model.checkpoint={folder}`", highlight=False, soft_wrap=True)
 
-
-def _only(pairs: list, spec: Optional[str]) -> list:
-    from kforge.problems import ProblemSourceError, select_problems
-    from kforge.train.sft import SftError
-
-    if not spec:
-        return pairs
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    try:
-        chosen = {p.key for p in select_problems([p.problem for p in pairs], names=names)}
-    except ProblemSourceError as exc:
-        raise SftError(f"--problems: {exc}") from None
-    return [p for p in pairs if p.problem.key in chosen]

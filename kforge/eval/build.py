@@ -100,35 +100,28 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     """Resolve, select and check everything before any model or worker starts; EvalSetupError otherwise."""
     from kforge.eval.runner import load_candidates, resolve_target
     from kforge.problems import problems_from_config, split_runnable
-    from kforge.problems.sources import ProblemSourceError
 
     if req.split is not None and req.split not in SPLITS:
         raise EvalSetupError(f"--split {req.split!r}: expected one of {', '.join(SPLITS)}")
-    try:
-        target, run_config, skipped = None, None, []
-        if req.candidates is None:
-            if not req.target:
-                raise EvalSetupError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
-            skipped = _require_run_config(req.target, req.runs_dir, req.step)
-            target, run_config = resolve_target(req.target, req.runs_dir, req.step)
-        preset = None if run_config else req.preset
-        base = config_file = req.config or run_config
-        # The split is the one the run (or preset) drew from its own selection, before this command's overrides.
-        split_cfg = resolve(preset, base, []).config
-        resolved = resolve(preset, config_file, req.overrides)
-        if target is not None:  # the model generating is the target's (a run's, an adapter's base, or the one named)
-            resolved = fit_context(resolved.derive("eval target", {"model": {"name": target.model}}), log.info)
-        cfg = resolved.config
-    except FileNotFoundError as exc:
-        raise EvalSetupError(str(exc)) from None
+    target, run_config, skipped = None, None, []
+    if req.candidates is None:
+        if not req.target:
+            raise EvalSetupError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
+        skipped = _require_run_config(req.target, req.runs_dir, req.step)
+        target, run_config = resolve_target(req.target, req.runs_dir, req.step)
+    preset = None if run_config else req.preset
+    base = config_file = req.config or run_config
+    # The split is the one the run (or preset) drew from its own selection, before this command's overrides.
+    split_cfg = resolve(preset, base, []).config
+    resolved = resolve(preset, config_file, req.overrides)
+    if target is not None:  # the model generating is the target's (a run's, an adapter's base, or the one named)
+        resolved = fit_context(resolved.derive("eval target", {"model": {"name": target.model}}), log.info)
+    cfg = resolved.config
     split = req.split or ("test" if run_config is not None else "all")
-    try:
-        selected = problems_from_config(cfg.dataset)
-        selected, trained = apply_split(selected, split, split_cfg.dataset, run_config is not None)
-        selected, blocked = split_runnable(selected)
-        given = load_candidates(req.candidates, selected) if req.candidates is not None else None
-    except (ProblemSourceError, ValueError) as exc:
-        raise EvalSetupError(str(exc)) from None
+    selected = problems_from_config(cfg.dataset)  # a ProblemSourceError or EvalTargetError says what is wrong
+    selected, trained = apply_split(selected, split, split_cfg.dataset, run_config is not None)
+    selected, blocked = split_runnable(selected)
+    given = load_candidates(req.candidates, selected) if req.candidates is not None else None
     if not selected:
         raise EvalSetupError("no problems selected: check --level, --problems, --source and --split")
     if given is not None and not given:
@@ -141,12 +134,9 @@ def build_eval(req: EvalRequest) -> EvalPlan:
                  "problems": sorted(p.key for p in selected),
                  "generation": generation_settings(cfg, req.samples) if req.candidates is None else None}
     if not req.dry_run:
-        from kforge.space import UnwritableFolder, check_writable
+        from kforge.space import check_writable
 
-        try:
-            check_writable(out.parent, f"results file {out}: its folder")
-        except UnwritableFolder as exc:
-            raise EvalSetupError(str(exc)) from None
+        check_writable(out.parent, f"results file {out}: its folder")
     if out.exists() and not req.dry_run:
         if not req.resume:
             raise EvalSetupError(f"{out} exists; pass --resume to continue it or --out to write elsewhere")

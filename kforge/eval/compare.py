@@ -7,7 +7,7 @@ from typing import Any
 
 from kforge.errors import UserError
 from kforge.eval.report import outcomes_from_samples, summarize
-from kforge.eval.results import ResultsFileError, read_results
+from kforge.eval.results import read_results
 
 
 class CompareError(UserError):
@@ -23,10 +23,7 @@ class Comparison:
 
 
 def load_results(path: str) -> dict[str, Any]:
-    try:
-        return read_results(path)
-    except ResultsFileError as exc:
-        raise CompareError(str(exc)) from None
+    return read_results(path)  # a ResultsFileError says what is wrong with the file
 
 
 def compare_files(path_a: str, path_b: str, all_problems: bool = False) -> Comparison:

@@ -175,12 +175,13 @@ def check_vllm_torch_pin(cfg: KforgeConfig, gpus_visible: bool) -> list[CheckRes
 
 def check_placement(cfg: KforgeConfig) -> list[CheckResult]:
     """The config's placement.* GPUs against the visible ones (the same rule `kforge train` applies)."""
-    from kforge.train.placement import PlacementError, plan_placement
+    from kforge.errors import UserError
+    from kforge.train.placement import plan_placement
 
     chosen = cfg.placement.chosen()
     try:
         plan = plan_placement(None, chosen)
-    except PlacementError as exc:
+    except UserError as exc:  # a PlacementError, or the GpuIndexError of a GPU that is not there
         return [CheckResult("placement", "fail", str(exc), "fix placement.* (or --gpus), or CUDA_VISIBLE_DEVICES")]
     return [CheckResult("placement", "pass", plan.describe().removeprefix("placement: "))]
 

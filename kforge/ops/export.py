@@ -21,8 +21,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
 from kforge.modelio import peft_wrapping
 from kforge.runs.folder import RunFolder
-from kforge.runs.locate import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LocateError, find_adapter, locate
-from kforge.runs.locate import load_run_config as _load_run_config
+from kforge.runs.locate import ADAPTER_CONFIG, ADAPTER_WEIGHTS, find_adapter, load_run_config, locate
 
 __all__ = ["ExportError", "ExportSource", "export_adapter", "export_merged", "find_adapter", "locate_source"]
 
@@ -68,20 +67,10 @@ class ExportSource:
 # --------------------------------------------------------------------------------------------- locate
 
 
-def load_run_config(run: RunFolder) -> KforgeConfig:
-    try:
-        return _load_run_config(run)
-    except LocateError as exc:
-        raise ExportError(str(exc)) from None
-
-
 def locate_source(spec: str, runs_dir: str | Path = "runs", step: int | None = None) -> ExportSource:
     """A run (name or folder: its last checkpoint, or `step`), a checkpoint folder, or an adapter folder;
     the run folder says where its checkpoints are (`kforge.runs.locate`)."""
-    try:
-        found = locate(spec, runs_dir, step)
-    except LocateError as exc:
-        raise ExportError(str(exc)) from None
+    found = locate(spec, runs_dir, step)  # a LocateError or RunNotFound says what is there instead
     run = found.run
     config = load_run_config(run) if run is not None and run.config_path.is_file() else None
     metrics = {}

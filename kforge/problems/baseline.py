@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from kforge.errors import UserError
 from kforge.problems.record import Problem
 
 MODES = ("eager", "compile")
@@ -57,9 +58,9 @@ def load(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except ValueError:
-        raise ValueError(f"{path} is not a baseline JSON file: move it away or choose another --out") from None
+        raise UserError(f"{path} is not a baseline JSON file: move it away or choose another --out") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{path} is not a baseline JSON file (expected an object of levelN sections)")
+        raise UserError(f"{path} is not a baseline JSON file (expected an object of levelN sections)")
     return doc
 
 

@@ -118,6 +118,33 @@ class LeakGuard:
         return Leak(entry.name, entry.source, problem.key, problem.name, reason, round(similarity, 4))
 
 
+@dataclass
+class Protection:
+    """What an index build's leak guard protects, and whose held-out set that is: the manifest records the
+    latter for `kforge train` to check against its own."""
+
+    problems: list[Problem]
+    held_out_of: dict[str, object]
+
+
+def protection(preset: str, dataset: "DatasetConfig", sources: Sequence[str] | None = None) -> Protection:
+    """Every problem of each of `sources` (problem sources), else the test split of `dataset`, the config of
+    `preset`: the held-out problems a run of that preset is measured on."""
+    from kforge.problems import ProblemSourceError, load_problems
+    from kforge.rag.errors import RagError
+
+    try:
+        if sources:
+            found: dict[tuple[str, str], Problem] = {}
+            for source in sources:
+                for p in load_problems(source):
+                    found[(p.source, p.key)] = p
+            return Protection(list(found.values()), {"sources": list(sources)})
+        return Protection(protected_test_split(dataset), {"preset": preset, "source": dataset.source, "split": "test"})
+    except ProblemSourceError as exc:
+        raise RagError(f"leak guard: {exc} (or pass --protect SOURCE, or --no-leak-guard)") from None
+
+
 def protected_test_split(dataset: "DatasetConfig") -> list[Problem]:
     """The test split of a run's problems (same source, levels, ids, seed and fraction as training uses):
     what the leak guard protects unless told otherwise."""

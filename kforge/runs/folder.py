@@ -19,11 +19,20 @@ import psutil
 
 from kforge.runs.checkpoints import (CHECKPOINTS_DIR, CKPT_PREFIX, LEARNER_DIR, TRAINER_STATE,  # noqa: F401
                                      checkpoint_damage, checkpoint_step, read_trainer_state)
+from kforge.errors import UserError
 from kforge.space import check_writable, refused_write
 
 from kforge.runs.layout import (ADAPTERS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE,  # noqa: F401
                                 LOG_FILE, METRICS_FILE, RUN_ENTRIES, SAMPLES_DIR, STATUS_FILE, STOP_FILE,
                                 written_by_run)
+
+
+class RunNotFound(UserError, FileNotFoundError):
+    """No run, or no usable checkpoint of it, where the user pointed; the message says what is there instead."""
+
+
+class RunFolderTaken(UserError, FileExistsError):
+    """A new run's folder is taken by something that is not a failed start of kforge's."""
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -134,12 +143,12 @@ class RunFolder:
         check_run_name(name)
         path = Path(runs_dir) / name
         if path.exists() and not path.is_dir():
-            raise FileExistsError(f"{path} is a file, not a run folder; pick another --name or --runs-dir")
+            raise RunFolderTaken(f"{path} is a file, not a run folder; pick another --name or --runs-dir")
         check_writable(path, "run folder")  # before anything is made or removed
         if path.exists() and any(path.iterdir()):
             run = cls(path)
             if not run.never_stepped():
-                raise FileExistsError(f"{path} already exists and is not a run that failed before its first step; "
+                raise RunFolderTaken(f"{path} already exists and is not a run that failed before its first step; "
                                       f"pick another --name, or use --resume {path} if it is a kforge run")
             # A start that failed before its first step (a typo, a missing dataset) holds nothing to keep, and
             # never_stepped() saw that every entry is one kforge writes: remove those entries, not the folder.
@@ -289,12 +298,12 @@ class RunFolder:
         return out
 
     def checkpoint(self, step: int | None = None) -> Path:
-        """The checkpoint folder at `step`, or the newest complete one; FileNotFoundError says why not."""
+        """The checkpoint folder at `step`, or the newest complete one; RunNotFound says why not."""
         dirs = self.checkpoint_dirs()
         if step is not None:
             why = checkpoint_damage(dirs[step]) if step in dirs else f"run {self.name} has no checkpoint at step {step}"
             if why:
-                raise FileNotFoundError(f"{why}; {self.usable_steps_line()}")
+                raise RunNotFound(f"{why}; {self.usable_steps_line()}")
             return dirs[step]
         last = self.last_checkpoint()
         if last is not None:
@@ -304,9 +313,9 @@ class RunFolder:
             return dirs[max(usable)]
         if dirs:
             why = checkpoint_damage(dirs[max(dirs)])
-            raise FileNotFoundError(f"no checkpoint of run {self.name} can be used: {why}")
-        raise FileNotFoundError(f"run {self.name} has no checkpoint yet; wait for one (log.save_every) or stop it "
-                                f"with `kforge runs stop {self.name}`, which saves one")
+            raise RunNotFound(f"no checkpoint of run {self.name} can be used: {why}")
+        raise RunNotFound(f"run {self.name} has no checkpoint yet; wait for one (log.save_every) or stop it "
+                          f"with `kforge runs stop {self.name}`, which saves one")
 
     def usable_steps_line(self) -> str:
         usable = [str(s) for s, d in sorted(self.checkpoint_dirs().items()) if checkpoint_damage(d) is None]
@@ -356,7 +365,7 @@ class RunFolder:
 def check_run_name(name: str) -> None:
     """A run name is one folder name under the runs folder: `runs ls`, `--resume NAME` and `rm` find it there."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
-        raise ValueError(f"run name {name!r} must be one folder name (no '/', not starting with '.'), "
+        raise UserError(f"run name {name!r} must be one folder name (no '/', not starting with '.'), "
                          "e.g. --name kevin-lr1e-5")
 
 
@@ -378,4 +387,4 @@ def find_run(spec: str, runs_dir: str | Path) -> RunFolder:
 
     close = difflib.get_close_matches(spec, names, n=1)
     hint = f"; did you mean {close[0]}?" if close else ("; `kforge runs ls` lists them" if names else "")
-    raise FileNotFoundError(f"no run {spec!r} under {runs_dir}{hint}")
+    raise RunNotFound(f"no run {spec!r} under {runs_dir}{hint}")

@@ -96,11 +96,8 @@ def locate(spec: str, runs_dir: str | Path = "runs", step: int | None = None) ->
             raise LocateError(f"{why}" + (f"; {run.usable_steps_line()} (of run {run.path})" if run else ""))
         skipped = []
     else:
-        try:
-            run = find_run(spec, runs_dir)
-            ckpt = run.checkpoint(step)
-        except FileNotFoundError as exc:
-            raise LocateError(str(exc)) from None
+        run = find_run(spec, runs_dir)  # RunNotFound says what is there instead
+        ckpt = run.checkpoint(step)
         skipped = run.damaged_checkpoints() if step is None else []
     adapter = find_adapter(ckpt)
     return Located(adapter, run, ckpt if ckpt != adapter else None, checkpoint_step(ckpt), skipped)

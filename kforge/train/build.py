@@ -1,6 +1,6 @@
 """Everything a run needs, built in one place from the config: problems and their split, the eval pool,
 the learner (in-process on a CPU, its own process on GPUs), the rollout backend, the episode runner and
-the trainer. `kforge train` only parses, calls `build_trainer` and prints."""
+the trainer. The run's lifecycle (train/lifecycle.py) calls `build_trainer` and drives what it returns."""
 
 from __future__ import annotations
 
@@ -59,13 +59,10 @@ def restore_newest(trainer: Trainer, run: RunFolder, say: Callable[[str], None])
 def split(cfg: KforgeConfig) -> tuple[list, list]:
     """The run's training and held-out problems."""
     from kforge.problems import problems_from_config, split_problems
-    from kforge.problems.sources import ProblemSourceError
 
-    try:
-        train_set, test_set = split_problems(problems_from_config(cfg.dataset), cfg.dataset.test_fraction,
-                                             cfg.dataset.seed)
-    except (ProblemSourceError, ValueError) as exc:
-        raise SetupError(str(exc)) from None
+    # A source, selection or fraction that cannot work is a ProblemSourceError: the user's one line as it is.
+    train_set, test_set = split_problems(problems_from_config(cfg.dataset), cfg.dataset.test_fraction,
+                                         cfg.dataset.seed)
     if not train_set:
         raise SetupError("the training split is empty: lower dataset.test_fraction or select more problems")
     return train_set, test_set
@@ -75,10 +72,7 @@ def planned_steps(cfg: KforgeConfig, train_set: list | None = None) -> int:
     """The steps the config asks for: its epochs over the training split, capped by max_steps."""
     from kforge.train.data import ProblemSampler
 
-    try:
-        total = ProblemSampler(train_set or split(cfg)[0], cfg.dataset.batch_size, cfg.dataset.epochs).total_steps
-    except ValueError as exc:
-        raise SetupError(str(exc)) from None
+    total = ProblemSampler(train_set or split(cfg)[0], cfg.dataset.batch_size, cfg.dataset.epochs).total_steps
     return min(total, cfg.max_steps) if cfg.max_steps else total
 
 

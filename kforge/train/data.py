@@ -8,6 +8,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from kforge.errors import UserError
 from kforge.problems.record import Problem
 
 
@@ -24,7 +25,7 @@ class ProblemSampler:
 
     def __post_init__(self) -> None:
         if not self.problems:
-            raise ValueError("no training problems: check dataset.source / level / start_problem / end_problem")
+            raise UserError("no training problems: check dataset.source / level / start_problem / end_problem")
         # Problems are sorted by key so the order depends on the seed alone, not on how a source listed them.
         self.problems = sorted(self.problems, key=lambda p: (p.level, p.problem_id))
         self._order = self._epoch_order(self.epoch)

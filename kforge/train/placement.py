@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kforge.errors import UserError
-from kforge.gpus import GpuIndexError, check_indices, matches, query_gpus, visible_ids
+from kforge.gpus import check_indices, matches, query_gpus, visible_ids
 
 ROLES = ("rollout", "learner", "eval")
 
@@ -127,10 +127,7 @@ def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]
     plan = Plan(gpus)
     overrides = {role: ids for role, ids in (overrides or {}).items() if ids}
     for role, ids in overrides.items():
-        try:
-            check_indices(ids, n, f"{role} GPU")
-        except GpuIndexError as exc:
-            raise PlacementError(str(exc)) from None
+        check_indices(ids, n, f"{role} GPU")  # a GpuIndexError names the role and what is visible
     if n == 0:
         return plan
     mem = memory or Memory()

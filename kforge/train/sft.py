@@ -29,12 +29,13 @@ from typing import Any, Callable
 
 from kforge.config.losses import SUPERVISED_LOSS
 from kforge.config.schema import KforgeConfig
+from kforge.errors import UserError
 from kforge.problems.record import Problem
 
 SFT_FILE = "sft.json"  # beside the adapter: what it was trained on and its losses
 
 
-class SftError(ValueError):
+class SftError(UserError):
     """The warm start cannot run as asked; the message is one line for the user."""
 
 
@@ -122,6 +123,20 @@ def read_pairs(path: Path, cfg: KforgeConfig) -> list[Pair]:
     if not pairs:
         raise SftError(f"--data {path}: no pairs in it")
     return pairs
+
+
+def only(pairs: list[Pair], spec: str | None) -> list[Pair]:
+    """The pairs of the problems `spec` names (--problems: comma-separated keys or names); all when None."""
+    from kforge.problems import ProblemSourceError, select_problems
+
+    if not spec:
+        return pairs
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    try:
+        chosen = {p.key for p in select_problems([p.problem for p in pairs], names=names)}
+    except ProblemSourceError as exc:
+        raise SftError(f"--problems: {exc}") from None
+    return [p for p in pairs if p.problem.key in chosen]
 
 
 def refuse_leaks(pairs: list[Pair], held_out: list[Problem], cfg: KforgeConfig) -> None:

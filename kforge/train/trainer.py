@@ -38,6 +38,7 @@ from kforge.rollout.adapters import EngineCopies
 from kforge.rollout.base import BackendError
 from kforge.runs.folder import ADAPTERS_DIR, LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
 from kforge.runs.transcripts import write_transcript
+from kforge.space import run_write_failure
 from kforge.train.data import ProblemSampler, seed_everything, step_seed
 from kforge.train.gpu import PeakMemory
 from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
@@ -159,7 +160,8 @@ class Trainer:
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
             if status == "failed":
                 self._save_what_we_can()
-            why = {"error": f"{type(exc).__name__}: {exc}"[:500]} if status == "failed" else {"stopped_by": "signal"}
+            error = run_write_failure(exc, self.run.path) or f"{type(exc).__name__}: {exc}"[:500]
+            why = {"error": error} if status == "failed" else {"stopped_by": "signal"}
             self.run.set_status(status, step=self.step, **why)
             raise
         finally:

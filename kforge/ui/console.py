@@ -66,8 +66,11 @@ def print_fields(title: str, rows: list[tuple[str, str]], style: str = "") -> No
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
-    """Print one clear line on stderr and return the Exit to raise (bad input: exit 2)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print one clear line on stderr and return the Exit to raise (bad input: exit 2). The message is text,
+    not markup: a setting like lora.target_modules=[q_proj] is printed as given."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

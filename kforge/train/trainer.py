@@ -43,6 +43,7 @@ from kforge.train.data import ProblemSampler, seed_everything, step_seed
 from kforge.train.gpu import PeakMemory
 from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
 from kforge.train.placement import Plan
+from kforge.train.stall import cancel, watched
 from kforge.train.stopflag import StopFlag
 
 log = logging.getLogger("kforge.train")
@@ -153,10 +154,10 @@ class Trainer:
                 metrics.update(peaks.take())
                 metrics["time/step_s"] = time.time() - t0
                 await self._log(step, metrics, rollouts.trajectories, sinks)
-            await _cancel(pending)
+            await cancel(pending)
             await self._off_loop(self.save_checkpoint, "stop" if status == "stopped" else "end")
         except BaseException as exc:
-            await _cancel(pending)
+            await cancel(pending)
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
             if status == "failed":
                 self._save_what_we_can()
@@ -185,29 +186,11 @@ class Trainer:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def _watched(self, stage_work: Any, step: int, stage: str, waiting_for: Callable[[], str]) -> Any:
-        """Await one stage; whenever nothing in it has moved for `log.stall_warn_s`, say which stage is
-        stuck and what it waits for (log and dashboard). Every wait inside has its own deadline (engine
-        calls, verdicts, learner calls); this makes a slow stage visible long before one of them ends it."""
-        task = asyncio.ensure_future(stage_work)
-        every = self.cfg.log.stall_warn_s
-        runner = self.parts.runner.inflight
-        seen, since = runner.turns_done, time.monotonic()
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=every)
-                if done:
-                    return task.result()
-                if runner.turns_done != seen:
-                    seen, since = runner.turns_done, time.monotonic()
-                    continue
-                message = (f"step {step}: {stage} has not moved for {time.monotonic() - since:.0f} s; "
-                           f"waiting for {waiting_for()}")
-                log.warning(message)
-                if self.dashboard is not None:
-                    self.dashboard.warn(message)
-        except BaseException:
-            await _cancel(task)
-            raise
+        """Await one stage, warning (log and dashboard) whenever nothing in it moved for `log.stall_warn_s`."""
+        inflight = self.parts.runner.inflight
+        return await watched(stage_work, f"step {step}: {stage}", self.cfg.log.stall_warn_s,
+                             lambda: inflight.turns_done, waiting_for,
+                             self.dashboard.warn if self.dashboard is not None else (lambda _m: None))
 
     def _rollout_waits(self) -> str:
         return self.parts.runner.inflight.describe(type(self.parts.backend).__name__)
@@ -413,8 +396,3 @@ class Trainer:
         except Exception as exc:  # best effort: the failure itself is what the user must see
             log.warning("could not save a checkpoint after the failure: %s", exc)
 
-
-async def _cancel(task: "asyncio.Future | None") -> None:
-    if task is not None and not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)

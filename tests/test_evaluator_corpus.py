@@ -384,6 +384,35 @@ def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:
         shared.close()
 
 
+def test_a_draw_checks_a_secret_subset_of_the_timed_calls(pools: _Pools) -> None:
+    """A draw runs the reference on DRAW_CHECKED_CALLS of its timed calls' inputs, picked at random (with all
+    of them a draw cost as much as the candidate's timing); every timed call still gets fresh inputs. The timed
+    reference run, which computes every call's values anyway, keeps them all."""
+    from kforge.evaluator.reference import DRAW_CHECKED_CALLS
+
+    calls = DRAW_CHECKED_CALLS + 6
+    pool = EvalPool(EvaluatorConfig(**(pools["all"].cfg.model_dump() | {"cpu_timing_calls": calls})), devices=None,
+                    cache_dir=pools.cache)
+    try:
+        slot, relu = pool._slots[0], make_problem("relu")
+        timed, drawn, again = (pool.references.get(slot, relu) for _ in range(3))
+        assert len(timed.samples) == calls and all(x is not None for x in timed.samples)
+        for draw in (drawn, again):
+            assert len(draw.timing_seeds) == len(draw.samples) == calls
+            assert sum(x is not None for x in draw.samples) == DRAW_CHECKED_CALLS
+        assert [x is None for x in drawn.samples] != [x is None for x in again.samples]  # 1 in C(22, 16) alike
+        assert not set(drawn.timing_seeds) & set(again.timing_seeds)
+        good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+        assert pool.submit(relu, good).result(timeout=120).correct  # judged against a draw's checked calls
+        # A candidate wrong in every timed call cannot miss all the checked ones.
+        wrong = good.replace("class ModelNew(nn.Module):", "_n = [0]\n\n\nclass ModelNew(nn.Module):").replace(
+            "        return relu(x)", "        _n[0] += 1\n        y = relu(x)\n        return y.add_(1.0) if _n[0] > 6 else y")
+        v = pool.submit(relu, wrong).result(timeout=120)
+        assert v.status is Status.CORRECT and "timed_output_mismatch" in v.flags, (v.status, v.flags, v.details)
+    finally:
+        pool.close()
+
+
 def test_a_draw_of_inputs_that_fails_is_the_references_fault(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference's run on an evaluation's new inputs goes on while the candidate's child starts; when
     it fails, the verdict says the reference failed (no candidate is blamed, none is passed)."""

@@ -349,11 +349,12 @@ ATTACKS = [
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "
            "the clock", item=3, gpu={"bare": "correct+timing_inconsistent|correct+bounded"}),
-    Attack("copy_then_torch_loss.py", {"all": "correct", "bare": "correct"},
+    Attack("copy_then_torch_loss.py", {"bare": "correct"},
            "a copy kernel the answer depends on, then PyTorch's own loss of the copy: a small output PyTorch made, "
            "as an honest loss's `acc / n` is; the profiled call's GPU time decides, so only a GPU tells them apart "
-           "(on a CPU nothing is measured: a gap the README names)", problem="mse", item=3,
-           gpu={"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"}),
+           "(on a CPU nothing is measured, and only correctness is rewarded there: a gap the README names; with "
+           "every layer on the same holds, flagged on an H200 too)", problem="mse", item=4,
+           gpu={"bare": "correct+output_not_from_kernel"}),
     Attack("count_profile.py", {"all": "correct+timed_call_without_kernel", "bare": "correct+timed_call_without_kernel"},
            "counting calls, PyTorch alone answers the timed calls and a spin kernel pads the call it expects to be "
            "profiled: every timed call now carries its own launch evidence, and the profiled call is one of the "

@@ -59,7 +59,8 @@ def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, tensor_p
 
 
 def _replicas(start: Any, cfg: "KforgeConfig", devices: list[int], tp: int, kwargs: dict[str, Any]) -> RolloutBackend:
-    """One engine per `tp` devices, started at once (each takes minutes); a failed start closes the others."""
+    """One engine per `tp` devices, started at once (each takes minutes); a failed start closes the others.
+    A replica that dies later is started again alone, on its own devices (`Replicas`)."""
     import concurrent.futures as cf
 
     from kforge.rollout.replicas import Replicas
@@ -80,4 +81,4 @@ def _replicas(start: Any, cfg: "KforgeConfig", devices: list[int], tp: int, kwar
             if f.exception() is None:
                 f.result().close()
         raise failed[0]
-    return Replicas([f.result() for f in futures])
+    return Replicas([f.result() for f in futures], start=one)

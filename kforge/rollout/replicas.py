@@ -3,82 +3,259 @@
 A model that fits one GPU is served by one engine per GPU, not by one engine split over them all (tensor
 parallel pays an all-reduce per layer and scales far below the GPU count). The router sends every request of
 a route (a problem: its group of trajectories, all turns) to one replica, so the replica's prefix cache holds
-the problem's prompt for the whole group; a new route goes to the replica with the fewest routes. Adapter
-syncs, sleep and wake go to every replica; each completion keeps the adapter version its replica sampled with.
+the problem's prompt for the whole group; a new route goes to the live replica with the fewest routes. Adapter
+syncs, sleep and wake go to every live replica; each completion keeps the adapter version its replica sampled
+with.
+
+A replica whose worker dies is restarted on its own, on its own GPUs, in a thread (a vLLM start takes
+minutes) while the others keep serving: the dead engine is closed, a fresh one started (`start(k)`), and it
+takes requests only once it holds the current adapter (and sleeps if the others do). Its requests are
+retried once on a live replica, and their routes move there. A replica that fails a second time (or whose
+restart fails) is taken out with a warning and the run goes on with the rest; with none left a request
+raises `NoReplicaLeft`, which the trainer does not answer with a restart of the whole backend. An error of a
+replica that is still alive (an engine error for one request, a bad adapter folder) is not a replica failure
+and reaches the caller as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
+import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
-from kforge.rollout.base import Completion, GenerationRequest, OnCompletion
+from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
+
+log = logging.getLogger("kforge.rollout")
+
+LIVE, RESTARTING, OUT = "live", "restarting", "out"
+
+
+class NoReplicaLeft(BackendError):
+    """Every rollout replica failed twice; restarting the whole backend would only repeat that."""
+
+    final = True  # the trainer ends the run instead of restarting the backend
 
 
 class Replicas:
     concurrent = True
 
-    def __init__(self, replicas: list[Any]) -> None:
+    def __init__(self, replicas: list[Any], start: Callable[[int], Any] | None = None, max_failures: int = 2) -> None:
+        """`start(k)`: a fresh engine on replica k's GPUs (None: a failed replica is taken out at once)."""
         if not replicas:
             raise ValueError("data-parallel rollout needs at least one engine")
-        self.replicas = replicas
+        self.replicas = list(replicas)
         self.tokenizer = replicas[0].tokenizer
         self.adapter_dtype = getattr(replicas[0], "adapter_dtype", None)  # the adapter copies' (EngineCopies)
+        self.state = [LIVE] * len(replicas)
+        self.failures = [0] * len(replicas)
+        self.restarts = 0  # replicas started again after a failure (the trainer's `rollout/worker_restarts`)
+        self._start = start
+        self._max_failures = max_failures
+        self._adapter: tuple[str, int] | None = None  # the latest sync: what a restarted replica loads
+        self._asleep = False
+        self._closed = False
         self._routes: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a replica's state changed
         self._fan = cf.ThreadPoolExecutor(max_workers=len(replicas), thread_name_prefix="kforge-replica")
 
     @property
     def version(self) -> int:
-        return min(int(getattr(r, "version", 0)) for r in self.replicas)
-
-    def replica_of(self, route: str) -> int:
-        """The replica a route is pinned to; a new route takes the replica holding the fewest."""
         with self._lock:
-            if route not in self._routes:
-                load = [0] * len(self.replicas)
-                for i in self._routes.values():
-                    load[i] += 1
-                self._routes[route] = min(range(len(load)), key=lambda i: (load[i], i))
-            return self._routes[route]
+            return min((int(getattr(self.replicas[k], "version", 0)) for k in self._live()), default=0)
+
+    def _live(self) -> list[int]:
+        return [k for k, s in enumerate(self.state) if s == LIVE]
+
+    def replica_of(self, route: str) -> int | None:
+        """The live replica a route is pinned to; a new route (or one whose replica is down) takes the live
+        replica holding the fewest routes. None: no replica is live now."""
+        with self._lock:
+            return self._route(route)
+
+    def _route(self, route: str) -> int | None:
+        k = self._routes.get(route)
+        if k is not None and self.state[k] == LIVE:
+            return k
+        live = self._live()
+        if not live:
+            return None
+        load = collections.Counter(self._routes.values())
+        self._routes[route] = k = min(live, key=lambda i: (load[i], i))
+        return k
+
+    async def _pick(self, route: str) -> tuple[int, Any]:
+        """A live replica for the route, waiting for one that is restarting when none is live."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise BackendError("rollout replicas are closed (generate)")
+                k = self._route(route)
+                if k is None and RESTARTING not in self.state:
+                    raise NoReplicaLeft(f"every rollout replica failed {self._max_failures} times; none is left")
+                engine = self.replicas[k] if k is not None else None
+            if engine is None:
+                await asyncio.sleep(0.05)
+            elif _alive(engine) is False:  # died since its last call: restart it and take another
+                self._failed(k, engine, None)
+            else:
+                return k, engine
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         return asyncio.run(self.agenerate(requests)) if requests else []
 
     async def agenerate(self, requests: list[GenerationRequest],
                         on_completion: OnCompletion | None = None) -> list[Completion]:
-        parts: dict[int, list[int]] = {}
-        for i, r in enumerate(requests):
-            parts.setdefault(self.replica_of(r.route), []).append(i)
+        async def one(i: int, r: GenerationRequest) -> Completion:
+            k, engine = await self._pick(r.route)
+            try:
+                c = (await engine.agenerate([r]))[0]
+            except BackendError as exc:
+                if not self._failed(k, engine, exc):
+                    raise  # the replica is alive: an error of this request
+                k, engine = await self._pick(r.route)  # once more, on a live replica (the route moves there)
+                try:
+                    c = (await engine.agenerate([r]))[0]
+                except BackendError as again:
+                    self._failed(k, engine, again)
+                    raise
+            if on_completion is not None:
+                on_completion(i, c)
+            return c
 
-        async def on(replica: int, positions: list[int]) -> list[Completion]:
-            done = (lambda k, c: on_completion(positions[k], c)) if on_completion is not None else None
-            return await self.replicas[replica].agenerate([requests[i] for i in positions], done)
+        return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 
-        out: list[Any] = [None] * len(requests)
-        results = await asyncio.gather(*(on(rep, pos) for rep, pos in parts.items()))
-        for (rep, positions), completions in zip(parts.items(), results):
-            for i, c in zip(positions, completions):
-                out[i] = c
-        return out
+    # ------------------------------------------------------------------ failures and restarts
+    def _failed(self, k: int, engine: Any, exc: BaseException | None) -> bool:
+        """Replica k (`engine`) raised `exc`. True when it is down (then it is restarting or out), False when
+        it is alive (the error was the request's or the call's own)."""
+        if exc is not None and _alive(engine):
+            return False
+        why = str(exc).splitlines()[0] if exc is not None and str(exc) else "its worker is not alive"
+        with self._lock:
+            if self.replicas[k] is not engine or self.state[k] != LIVE:
+                return True  # already seen by another of its requests
+            self.failures[k] += 1
+            restart = self._start is not None and not self._closed and self.failures[k] < self._max_failures
+            self.state[k] = RESTARTING if restart else OUT
+            self._changed.notify_all()
+        if restart:
+            log.warning("rollout replica %d failed (%s); restarting it while the others serve", k, why)
+            threading.Thread(target=self._bring_up, args=(k, engine), name=f"kforge-replica{k}-restart",
+                             daemon=True).start()
+        else:
+            self._take_out(k, engine, why)
+        return True
 
-    def _every(self, method: str, *args: Any) -> None:
-        """The call on every replica at once (an adapter load takes seconds per engine); the first error raises."""
-        for fut in [self._fan.submit(getattr(r, method), *args) for r in self.replicas]:
-            fut.result()
+    def _take_out(self, k: int, engine: Any, why: str) -> None:
+        with self._lock:
+            self.state[k] = OUT
+            left = len(self._live()) + self.state.count(RESTARTING)
+            closed = self._closed
+            self._changed.notify_all()
+        if not closed:
+            log.warning("rollout replica %d failed (%s) and is taken out; %d replica(s) left%s", k, why, left,
+                        "" if left else ": the run cannot go on")
+        if engine is not None:
+            threading.Thread(target=_close_quietly, args=(engine,), daemon=True).start()
+
+    def _bring_up(self, k: int, dead: Any) -> None:
+        """Replica k again: the dead engine closed (its GPU memory freed), a fresh one started, given the
+        latest adapter (and put to sleep when the others sleep), then live."""
+        _close_quietly(dead)
+        engine, have, asleep = None, None, False
+        try:
+            engine = self._start(k)  # type: ignore[misc]
+            while True:
+                with self._lock:
+                    if self._closed:
+                        self.state[k] = OUT
+                        self._changed.notify_all()
+                        break
+                    want, sleep = self._adapter, self._asleep
+                    if want == have and sleep == asleep:  # checked under the lock a sync or a sleep takes
+                        self.replicas[k], self.state[k] = engine, LIVE
+                        self.restarts += 1
+                        self._changed.notify_all()
+                        log.info("rollout replica %d is serving again (adapter version %s)", k,
+                                 want[1] if want else "none")
+                        return
+                if want is not None and want != have:
+                    try:
+                        engine.load_adapter(*want)
+                    except BackendError:
+                        with self._lock:
+                            if self._adapter == want or _alive(engine) is False:
+                                raise
+                        continue  # a newer sync came meanwhile (this folder may be pruned): load that one
+                    have = want
+                if sleep != asleep:
+                    (engine.sleep if sleep else engine.wake)()
+                    asleep = sleep
+        except Exception as exc:  # its second failure
+            with self._lock:
+                self.failures[k] += 1
+            self._take_out(k, engine, f"its restart failed: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+            return
+        _close_quietly(engine)  # closed while it started
+
+    def wait_restarts(self, timeout_s: float | None = None) -> bool:
+        """Wait until no replica is restarting; False when `timeout_s` passed first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: RESTARTING not in self.state, timeout_s)
+
+    # ------------------------------------------------------------------ every replica
+    def _every(self, targets: list[tuple[int, Any]], method: str, *args: Any) -> None:
+        """The call on every live replica at once (an adapter load takes seconds per engine). A replica
+        that is down meanwhile is restarted or taken out; the first error of a live one raises."""
+        futures = [(k, e, self._fan.submit(getattr(e, method), *args)) for k, e in targets]
+        error = None
+        for k, engine, fut in futures:
+            try:
+                fut.result()
+            except BackendError as exc:
+                if not self._failed(k, engine, exc) and error is None:
+                    error = exc
+        if error is not None:
+            raise error
+
+    def _set(self, **state: Any) -> list[tuple[int, Any]]:
+        """Record what a restarted replica must match and name the live replicas, in one step."""
+        with self._lock:
+            for name, value in state.items():
+                setattr(self, name, value)
+            return [(k, self.replicas[k]) for k in self._live()]
 
     def load_adapter(self, path: str, version: int) -> None:
-        self._every("load_adapter", path, version)
+        self._every(self._set(_adapter=(path, version)), "load_adapter", path, version)
 
     def sleep(self) -> None:
-        self._every("sleep")
+        self._every(self._set(_asleep=True), "sleep")
 
     def wake(self) -> None:
-        self._every("wake")
+        self._every(self._set(_asleep=False), "wake")
 
     def close(self) -> None:
-        for r in self.replicas:
-            r.close()
+        with self._lock:
+            self._closed = True
+            engines = [e for e, s in zip(self.replicas, self.state) if s != OUT]
+            self._changed.notify_all()
+        for engine in engines:
+            _close_quietly(engine)
         self._fan.shutdown(wait=False)
+
+
+def _alive(engine: Any) -> bool | None:
+    """Whether the engine's worker is alive; None when the engine cannot tell."""
+    alive = getattr(engine, "alive", None)
+    return bool(alive()) if callable(alive) else None
+
+
+def _close_quietly(engine: Any) -> None:
+    try:
+        engine.close()
+    except Exception as exc:  # a dead worker: closing is best effort
+        log.warning("closing a failed rollout replica: %s", exc)

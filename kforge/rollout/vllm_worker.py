@@ -327,6 +327,10 @@ class VLLMBackend:
             self._pending_adapter = None
             self.load_adapter(path, version)
 
+    def alive(self) -> bool:
+        """The worker process runs and answers (one that let a call pass its deadline counts as dead)."""
+        return not self._closed and self._proc.alive()
+
     def close(self) -> None:
         if self._closed:
             return

@@ -145,8 +145,9 @@ class Trainer:
                 with self._stage("sync adapter"):  # 4. the new adapter to the engine
                     times.sync_s = await self._off_loop(self._sync_adapter, None, times)
                 self.step = step
+                restarts = self.restarts + getattr(self.parts.backend, "restarts", 0)  # + replicas restarted alone
                 metrics = step_metrics(step, self.sampler.epoch, rollouts, credit, learned, times.__dict__,
-                                       self.levels, self.cfg.log.per_level_metrics, self.restarts, self.plan)
+                                       self.levels, self.cfg.log.per_level_metrics, restarts, self.plan)
                 metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
                                                    self._rollout_waits))  # 5. log (held-out eval on its cadence)
                 with self._stage("checkpoint"):  # 6. checkpoint on its schedule
@@ -243,8 +244,8 @@ class Trainer:
     def _restart_backend(self, exc: Exception, step: int) -> None:
         """A dead rollout worker is started again with the current adapter and the step's rollouts are
         redone once; a second failure ends the run (never a step computed from half the rollouts)."""
-        if self.parts.shares_model or self.parts.restart_backend is None:
-            raise exc
+        if self.parts.shares_model or self.parts.restart_backend is None or getattr(exc, "final", False):
+            raise exc  # final: every data-parallel replica failed twice (each restarts on its own first)
         log.warning("step %d: rollout worker failed (%s); restarting it and retrying the step", step,
                     str(exc).splitlines()[0])
         try:

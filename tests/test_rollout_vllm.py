@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -163,6 +164,40 @@ def test_worker_environment_is_set_before_it_starts(monkeypatch):
     finally:
         backend.close()
     assert not backend._proc.alive()
+
+
+def test_from_config_resolves_the_model_once_for_the_tokenizer_and_the_engine(monkeypatch):
+    import kforge.modelio as modelio
+    from kforge.config.schema import KforgeConfig
+
+    resolved = []
+    monkeypatch.setattr(modelio, "resolve_model",
+                        lambda name, gguf_file=None, dense=True: resolved.append(name) or modelio.ModelRef("/m/dense"))
+    monkeypatch.setattr(modelio, "load_tokenizer", lambda ref, *_a: ("tokenizer of", ref.path))
+    cfg = KforgeConfig()
+    backend = VLLMBackend.from_config(cfg, engine=ENGINE, startup_timeout_s=120)
+    try:
+        kwargs = backend._call("state")["kwargs"]
+        assert resolved == [cfg.model.name] and backend.tokenizer == ("tokenizer of", "/m/dense")
+        assert kwargs["model"] == kwargs["tokenizer"] == "/m/dense"
+    finally:
+        backend.close()
+
+
+def test_replicas_share_one_resolved_model(monkeypatch):
+    import kforge.modelio as modelio
+    import kforge.rollout.factory as factory
+    from kforge.config.schema import KforgeConfig
+
+    resolved, started = [], []
+    monkeypatch.setattr(modelio, "resolve_model",
+                        lambda name, gguf_file=None, dense=True: resolved.append(name) or modelio.ModelRef("/m/dense"))
+    monkeypatch.setattr(factory, "choose_backend", lambda _requested: "vllm")
+    monkeypatch.setattr(VLLMBackend, "from_config",
+                        lambda cfg, devices, ref=None, **kw: started.append((devices, ref)) or SimpleNamespace(tokenizer=None))
+    factory.make_backend(KforgeConfig(), [0, 1, 2], tensor_parallel=1)
+    assert len(resolved) == 1 and sorted(d for d, _ in started) == [[0], [1], [2]]
+    assert {ref.path for _, ref in started} == {"/m/dense"}
 
 
 def test_adapter_ids_are_never_reused_and_a_sync_resets_no_prefix_cache(worker, tmp_path):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_rollout_vllm import ENGINE, _Tok, fake_machine, req
+from fake_parts import fake_machine
+from test_rollout_vllm import ENGINE, _Tok, req
 
 from kforge.rollout.base import GenerationRequest
 from kforge.rollout.factory import _replicas

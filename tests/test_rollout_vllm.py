@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from types import SimpleNamespace
 
 import pytest
+from fake_parts import FakeEngine, fake_machine
 
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of
@@ -90,14 +90,6 @@ def worker():
 
 def req(ids, max_tokens=3, **kw):
     return GenerationRequest(ids, SamplingParams(max_tokens=max_tokens, **kw))
-
-
-def fake_machine(monkeypatch, n=7):
-    """kforge.gpus answers as on a machine with n GPUs (the one mapping every worker uses)."""
-    import kforge.gpus as gpus
-
-    listing = tuple(gpus.Gpu(str(i), f"GPU-{i}abc", "H100", 80000, 0, "580") for i in range(n))
-    monkeypatch.setattr(gpus, "_machine_gpus", lambda: listing)
 
 
 def test_visible_devices_mapping(monkeypatch):
@@ -194,7 +186,7 @@ def test_replicas_share_one_resolved_model(monkeypatch):
                         lambda name, gguf_file=None, dense=True: resolved.append(name) or modelio.ModelRef("/m/dense"))
     monkeypatch.setattr(factory, "choose_backend", lambda _requested: "vllm")
     monkeypatch.setattr(VLLMBackend, "from_config",
-                        lambda cfg, devices, ref=None, **kw: started.append((devices, ref)) or SimpleNamespace(tokenizer=None))
+                        lambda cfg, devices, ref=None, **kw: started.append((devices, ref)) or FakeEngine())
     factory.make_backend(KforgeConfig(), [0, 1, 2], tensor_parallel=1)
     assert len(resolved) == 1 and sorted(d for d, _ in started) == [[0], [1], [2]]
     assert {ref.path for _, ref in started} == {"/m/dense"}

@@ -2,7 +2,8 @@
 trainer's own logic (pipelining, per-step statistics, stalls) is tested in seconds. They replace only what
 needs a model or a GPU; the trainer, the episode runner and the run folder are the real ones. Failures of
 the learner are tested on the real one: `FaultyLearner` is the real learner service with an injected fault,
-run inside its spawned process."""
+run inside its spawned process. Beside them, the other stand-ins more than one test file needs: a pretend GPU
+machine, a settable clock, a served process that only records how it was started, a rollout worker that dies."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import kforge.gpus as gpus
 from kforge.evaluator.verdict import Status, Verdict
-from kforge.rollout.base import Completion
+from kforge.rollout.base import BackendError, Completion
 from kforge.train.learner_proc import LearnerService
 
 
@@ -160,6 +162,21 @@ class FakeEngine:
     def close(self): ...
 
 
+class DeadEngine(FakeEngine):
+    """A rollout worker that died: every generate fails as a killed vLLM worker's does; `closed` once closed."""
+
+    def __init__(self, tokenizer=None) -> None:
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.closed = False
+
+    async def agenerate(self, requests, on_completion=None):
+        raise BackendError("vLLM worker died during generate (exit code -9)")
+
+    def close(self):
+        self.closed = True
+
+
 class FakePool:
     """Judges every kernel incorrect, taking `eval_s` per kernel."""
 
@@ -198,3 +215,35 @@ class Echo:
     def close(self):
         if self.marker:
             Path(self.marker).write_text("closed")
+
+
+def fake_machine(monkeypatch, n: int = 7, memory_mb: int = 80000) -> tuple:
+    """kforge.gpus answers as on a machine with n GPUs (the one mapping every role uses): GPU i has the UUID
+    GPU-{i}a{i}b and the name "NVIDIA H100 #{i}". Returns the listing."""
+    listing = tuple(gpus.Gpu(str(i), f"GPU-{i}a{i}b", f"NVIDIA H100 #{i}", memory_mb, 0, "580") for i in range(n))
+    monkeypatch.setattr(gpus, "_machine_gpus", lambda: listing)
+    return listing
+
+
+class Clock:
+    """A clock that stands still until a test moves `now`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_served(started: list) -> type:
+    """A ServedProcess that starts nothing: each start appends what it was given to `started` (the factory's
+    kwargs under "kwargs", and name, env, log_path, ... under their names); every call answers 0."""
+
+    class FakeServed:
+        def __init__(self, factory, kwargs, **how):
+            started.append({"kwargs": kwargs, **how})
+
+        def call(self, method, timeout_s=None, **kwargs):
+            return 0
+
+    return FakeServed

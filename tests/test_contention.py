@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fake_parts import Clock
+
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
 from kforge.evaluator.contention import GpuActivity
@@ -14,13 +16,6 @@ from kforge.train.metrics import rollout_metrics
 
 CANDIDATES = Path(__file__).parent / "candidates"
 RELU = (CANDIDATES / "manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]
-
-
-class Clock:
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_overlap_is_per_device_and_per_moment():

@@ -170,10 +170,11 @@ def test_model_row_for_folders_and_hub_ids(tmp_path, monkeypatch):
 
 
 def test_placement_naming_an_invisible_gpu_fails(monkeypatch):
-    import kforge.gpus as gpus
+    from fake_parts import fake_machine
+
     from kforge.config.schema import KforgeConfig
 
-    monkeypatch.setattr(gpus, "_machine_gpus", lambda: ())
+    fake_machine(monkeypatch, 0)
     cfg = KforgeConfig()
     assert dr.check_placement(cfg)[0].status == "pass"
     cfg.placement.eval = [2]

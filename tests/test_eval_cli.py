@@ -96,7 +96,7 @@ def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monke
     import kforge.rollout.factory as factory
     from kforge.config.loader import resolve
     from kforge.eval.runner import EvalRun, Target
-    from tests.fake_parts import FakeEngine, FakePool
+    from fake_parts import FakeEngine, FakePool
 
     batches = []
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from fake_parts import fake_machine, fake_served
 
 import kforge.gpus as gpus
 from kforge.train.placement import plan_placement
 
 
-def machine(monkeypatch, n: int) -> None:
-    listing = tuple(gpus.Gpu(str(i), f"GPU-{i}a{i}b", f"NVIDIA H100 #{i}", 80000, 0, "580") for i in range(n))
-    monkeypatch.setattr(gpus, "_machine_gpus", lambda: listing)
-
-
 def test_logical_to_physical_follows_cuda_visible_devices(monkeypatch):
-    machine(monkeypatch, 4)
+    fake_machine(monkeypatch, 4)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert gpus.visible_ids() == ["0", "1", "2", "3"] and gpus.physical_id(3) == "3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
@@ -35,18 +31,18 @@ def test_logical_to_physical_follows_cuda_visible_devices(monkeypatch):
 
 
 def test_no_gpu_machine_sees_none_whatever_the_variable_says(monkeypatch):
-    machine(monkeypatch, 0)
+    fake_machine(monkeypatch, 0)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert gpus.visible_ids() == []
 
 
 def test_placement_rejects_gpus_that_are_not_visible(monkeypatch):
-    machine(monkeypatch, 0)
+    fake_machine(monkeypatch, 0)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert plan_placement().mode == "cpu"
     with pytest.raises(gpus.GpuIndexError, match="learner GPU 1 does not exist: no GPU is visible"):
         plan_placement(None, {"learner": [1]})  # on a CPU machine this used to be ignored
-    machine(monkeypatch, 2)
+    fake_machine(monkeypatch, 2)
     with pytest.raises(gpus.GpuIndexError, match="eval GPU 2 does not exist: 2 GPU"):
         plan_placement(None, {"eval": [2]})
     plan = plan_placement(None, {"eval": [0]})
@@ -63,22 +59,14 @@ def test_every_role_maps_logical_indices_through_one_function(monkeypatch):
 
     from kforge.train import learner_proc
 
-    machine(monkeypatch, 4)
+    fake_machine(monkeypatch, 4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-    seen = {}
-
-    class Served:
-        def __init__(self, factory, kwargs, *, name, env, **rest):
-            seen.update(env=env, device=kwargs["device"])
-
-        def call(self, method, timeout_s=None, **kwargs):
-            return 0
-
-    monkeypatch.setattr(learner_proc, "ServedProcess", Served)
+    started = []
+    monkeypatch.setattr(learner_proc, "ServedProcess", fake_served(started))
     from kforge.config.schema import KforgeConfig
 
     learner_proc.LearnerProcess(KforgeConfig(), [1])
-    assert seen == {"env": {"CUDA_VISIBLE_DEVICES": "1"}, "device": "cuda"}
+    assert [(s["env"], s["kwargs"]["device"]) for s in started] == [({"CUDA_VISIBLE_DEVICES": "1"}, "cuda")]
     with pytest.raises(gpus.GpuIndexError, match="GPU 2 does not exist: 2 GPU"):
         learner_proc.LearnerProcess(KforgeConfig(), [2])
     assert list(inspect.signature(learner_proc.LearnerProcess).parameters)[1] == "devices"
@@ -95,7 +83,7 @@ def test_kforge_check_finds_its_gpu_through_the_driver_not_cuda(monkeypatch):
         raise AssertionError("the CLI process must not initialise CUDA")
 
     monkeypatch.setattr(torch.cuda, "is_available", no_cuda)
-    machine(monkeypatch, 2)
+    fake_machine(monkeypatch, 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert check._devices(cpu=False) == [0] and check._devices(cpu=True) == []
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")

@@ -493,3 +493,37 @@ def test_only_the_run_lifecycle_writes_a_runs_status_and_no_command_does():
     assert run_folder_writes({"kforge.cli.train": "run.set_status('failed')\nrun = RunFolder.create(d, n, y)\n",
                               "kforge.cli.eval_cmd": "plan.create()\n"}) == {
         "kforge.cli.train": {"set_status", "create"}}
+
+
+# -- the trainer always has a view ---------------------------------------------------------------------------------
+def dashboard_none_checks(files: dict[str, str]) -> list[str]:
+    """`module:line` of each `dashboard is None` / `is not None` (a dashboard that may be missing)."""
+    found = []
+    for module, source in files.items():
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
+                    and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)):
+                left = node.left
+                name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
+                if "dashboard" in name.lower():
+                    found.append(f"{module}:{node.lineno}")
+    return sorted(found)
+
+
+def _methods(module: str, cls: str) -> dict[str, str]:
+    """A class's public methods (and __enter__/__exit__) -> their parameters, as written."""
+    tree = ast.parse((ROOT.parent / (module.replace(".", "/") + ".py")).read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return {f.name: ast.unparse(f.args) for f in body if isinstance(f, ast.FunctionDef)
+            and (not f.name.startswith("_") or f.name in ("__enter__", "__exit__"))}
+
+
+def test_the_trainer_holds_a_null_dashboard_with_every_method_of_the_dashboard_and_nothing_asks_for_none():
+    assert dashboard_none_checks(_sources()) == []
+    assert dashboard_none_checks({"kforge.train.x": "if self.dashboard is not None:\n    pass\n",
+                                  "kforge.train.y": "f = dashboard.warn if dashboard is None else g\n",
+                                  "kforge.train.z": "if self.learner is None:\n    pass\n"}) == [
+        "kforge.train.x:1", "kforge.train.y:1"]
+    real = _methods("kforge.ui.dashboard", "Dashboard")
+    assert {"stage", "advance", "kernel", "warn", "end_step", "__enter__"} <= set(real)
+    assert _methods("kforge.ui.null", "NullDashboard") == real

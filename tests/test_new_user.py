@@ -174,34 +174,22 @@ def test_every_plot_the_trainer_writes_is_a_name_a_run_folder_may_hold():
 def test_the_logs_of_every_learner_rank_and_engine_replica_are_names_a_run_folder_may_hold(tmp_path, monkeypatch):
     """A data-parallel learner writes learner.rank1.log, ..., data-parallel engines rollout.replica1.log, ...:
     a start that failed before its first step must still be reusable under its name."""
+    from fake_parts import FakeEngine, fake_served
+
     from kforge.rollout.factory import _replicas
     from kforge.runs.folder import written_by_run
     from kforge.train import learner_proc
 
-    names = []
-
-    class Served:
-        def __init__(self, factory, kwargs, *, name, env, log_path, **rest):
-            names.append(Path(log_path).name)
-
-        def call(self, method, timeout_s=None, **kwargs):
-            return 0
-
-    monkeypatch.setattr(learner_proc, "ServedProcess", Served)
+    started, names = [], []
+    monkeypatch.setattr(learner_proc, "ServedProcess", fake_served(started))
     learner_proc.LearnerProcess(KforgeConfig(), [], log_path=str(tmp_path / "learner.log"), cpu_ranks=3)
-    _replicas(lambda cfg, devices, log_path: names.append(Path(log_path).name) or _Engine(), None, [0, 1, 2], 1,
+    names += [Path(s["log_path"]).name for s in started]
+    _replicas(lambda cfg, devices, log_path: names.append(Path(log_path).name) or FakeEngine(), None, [0, 1, 2], 1,
               {"log_path": str(tmp_path / "rollout.log")})
     assert sorted(names) == ["learner.log", "learner.rank1.log", "learner.rank2.log",
                              "rollout.log", "rollout.replica1.log", "rollout.replica2.log"]
     assert all(written_by_run(n) for n in names)
     assert not written_by_run("learner.rank0x.log") and not written_by_run("rollout.replica.log")
-
-
-class _Engine:
-    tokenizer = None
-
-    def close(self):
-        pass
 
 
 def test_doctor_reads_the_index_rag_build_writes(tmp_path):

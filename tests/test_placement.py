@@ -72,15 +72,15 @@ def test_train_dry_run_prints_the_plan_and_why_and_starts_nothing(tmp_path, monk
     from transformers import Qwen2Config
     from typer.testing import CliRunner
 
-    import kforge.gpus as gpus
+    from fake_parts import fake_machine
+
     from kforge.cli.app import app
     from kforge.train import placement
 
     Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                 num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False).save_pretrained(tmp_path / "m")
-    listing = [gpus.Gpu(str(i), f"GPU-{i}x", "NVIDIA H100", 81559, 0, "580") for i in range(4)]
-    monkeypatch.setattr(gpus, "_machine_gpus", lambda: tuple(listing))
-    monkeypatch.setattr(placement, "query_gpus", lambda: (listing, "nvidia-smi"))
+    listing = fake_machine(monkeypatch, 4, memory_mb=81559)
+    monkeypatch.setattr(placement, "query_gpus", lambda: (list(listing), "nvidia-smi"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     runs = tmp_path / "runs"
     result = CliRunner().invoke(app, ["train", "--preset", "tiny", "--dry-run", "--runs-dir", str(runs),

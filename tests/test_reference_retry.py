@@ -7,6 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
+from fake_parts import Clock
+
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
 from kforge.policy.runner import VerdictCache
@@ -33,14 +35,6 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_failed_reference_is_retried_after_its_back_off(tmp_path):

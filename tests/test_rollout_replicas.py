@@ -13,8 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fake_parts import FakeEngine
-from test_rollout_vllm import ENGINE, _Tok, fake_machine, req
+from fake_parts import FakeEngine, fake_machine
+from test_rollout_vllm import ENGINE, _Tok, req
 
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.factory import _replicas

@@ -15,6 +15,7 @@ import os
 import time
 
 import pytest
+from fake_parts import FakeEngine, fake_machine
 
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of
@@ -91,14 +92,6 @@ def req(ids, max_tokens=3, **kw):
     return GenerationRequest(ids, SamplingParams(max_tokens=max_tokens, **kw))
 
 
-def fake_machine(monkeypatch, n=7):
-    """kforge.gpus answers as on a machine with n GPUs (the one mapping every worker uses)."""
-    import kforge.gpus as gpus
-
-    listing = tuple(gpus.Gpu(str(i), f"GPU-{i}abc", "H100", 80000, 0, "580") for i in range(n))
-    monkeypatch.setattr(gpus, "_machine_gpus", lambda: listing)
-
-
 def test_visible_devices_mapping(monkeypatch):
     from kforge.rollout.vllm_worker import child_env
 
@@ -163,6 +156,40 @@ def test_worker_environment_is_set_before_it_starts(monkeypatch):
     finally:
         backend.close()
     assert not backend._proc.alive()
+
+
+def test_from_config_resolves_the_model_once_for_the_tokenizer_and_the_engine(monkeypatch):
+    import kforge.modelio as modelio
+    from kforge.config.schema import KforgeConfig
+
+    resolved = []
+    monkeypatch.setattr(modelio, "resolve_model",
+                        lambda name, gguf_file=None, dense=True: resolved.append(name) or modelio.ModelRef("/m/dense"))
+    monkeypatch.setattr(modelio, "load_tokenizer", lambda ref, *_a: ("tokenizer of", ref.path))
+    cfg = KforgeConfig()
+    backend = VLLMBackend.from_config(cfg, engine=ENGINE, startup_timeout_s=120)
+    try:
+        kwargs = backend._call("state")["kwargs"]
+        assert resolved == [cfg.model.name] and backend.tokenizer == ("tokenizer of", "/m/dense")
+        assert kwargs["model"] == kwargs["tokenizer"] == "/m/dense"
+    finally:
+        backend.close()
+
+
+def test_replicas_share_one_resolved_model(monkeypatch):
+    import kforge.modelio as modelio
+    import kforge.rollout.factory as factory
+    from kforge.config.schema import KforgeConfig
+
+    resolved, started = [], []
+    monkeypatch.setattr(modelio, "resolve_model",
+                        lambda name, gguf_file=None, dense=True: resolved.append(name) or modelio.ModelRef("/m/dense"))
+    monkeypatch.setattr(factory, "choose_backend", lambda _requested: "vllm")
+    monkeypatch.setattr(VLLMBackend, "from_config",
+                        lambda cfg, devices, ref=None, **kw: started.append((devices, ref)) or FakeEngine())
+    factory.make_backend(KforgeConfig(), [0, 1, 2], tensor_parallel=1)
+    assert len(resolved) == 1 and sorted(d for d, _ in started) == [[0], [1], [2]]
+    assert {ref.path for _, ref in started} == {"/m/dense"}
 
 
 def test_adapter_ids_are_never_reused_and_a_sync_resets_no_prefix_cache(worker, tmp_path):

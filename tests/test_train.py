@@ -154,6 +154,8 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     it the current adapter and redoes the step's rollouts."""
     import asyncio
 
+    from fake_parts import DeadEngine
+
     from kforge.config.loader import resolve, to_yaml
     from kforge.policy.runner import EpisodeRunner
     from kforge.evaluator import EvalPool
@@ -167,28 +169,18 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     cfg = resolve("tiny", overrides=["rollout.max_tokens=8", "dataset.group_size=1", "episode.max_turns=1"]).config
     learner = Learner(cfg, device="cpu")
     fresh = HFBackend.from_model(learner.model, learner.tokenizer)
-
-    class DeadWorker:
-        tokenizer = learner.tokenizer
-        concurrent = False
-        closed = False
-
-        async def agenerate(self, requests, on_completion=None):
-            raise BackendError("vLLM worker died during generate (exit code -9)")
-
-        def close(self):
-            DeadWorker.closed = True
+    dead = DeadEngine(tokenizer=learner.tokenizer)
 
     problems = builtin_problems()[:2]
     with EvalPool(cfg.evaluator) as pool:
-        parts = Parts(learner, pool, EpisodeRunner.from_config(cfg, DeadWorker(), pool.evaluate), shares_model=False)
+        parts = Parts(learner, pool, EpisodeRunner.from_config(cfg, dead, pool.evaluate), shares_model=False)
         run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
         trainer = Trainer(cfg, run, Plan([]), problems, [], parts)
         with pytest.raises(BackendError):  # without a way to restart, the failure is not hidden
             asyncio.run(trainer._rollouts(1, problems[:1]))
         parts.restart_backend = lambda: fresh
         rollouts = asyncio.run(trainer._rollouts(1, problems[:1]))
-    assert DeadWorker.closed and trainer.restarts == 1 and parts.backend is fresh and parts.runner.backend is fresh
+    assert dead.closed and trainer.restarts == 1 and parts.backend is fresh and parts.runner.backend is fresh
     assert len(rollouts.trajectories) == 1 and rollouts.trajectories[0].turns[0].response_ids
     # The new worker got the adapter (its copy for the engine: in the stand-in for /dev/shm here).
     assert list(trainer._copies.root.glob("v*/adapter_config.json"))

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_parts import FakeBuilder, FakeEngine, FakeLearner, FakePool
+from fake_parts import DeadEngine, FakeBuilder, FakeEngine, FakeLearner, FakePool
 
 from kforge.config.schema import KforgeConfig
 from kforge.config.loader import to_yaml
@@ -207,17 +207,6 @@ def test_turns_are_scored_by_the_credit_step_from_their_verdicts(tmp_path):
 def test_a_restarted_rollout_backend_is_held_in_one_place(tmp_path):
     """A rollout worker that fails is replaced once, where the runner holds it: the next rollouts and the
     closing of the parts both reach the new one."""
-    from kforge.rollout.base import BackendError
-
-    class DeadEngine(FakeEngine):
-        closed = False
-
-        async def agenerate(self, requests, on_completion=None):
-            raise BackendError("vLLM worker died during generate (exit code -9)")
-
-        def close(self):
-            self.closed = True
-
     fresh = FakeEngine()
     fresh.close = lambda: setattr(fresh, "closed", True)
     cfg = make_cfg()

@@ -51,7 +51,11 @@ def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, tensor_p
         from kforge.rollout.vllm_worker import VLLMBackend
 
         if devices and tensor_parallel and len(devices) > tensor_parallel:
-            return _replicas(VLLMBackend.from_config, cfg, devices, tensor_parallel, kwargs)
+            from kforge.modelio import resolve_model
+
+            # Resolved once for all the engines: a GGUF source is converted once, not by each replica at once.
+            ref = resolve_model(cfg.model.name, cfg.model.gguf_file)
+            return _replicas(VLLMBackend.from_config, cfg, devices, tensor_parallel, {**kwargs, "ref": ref})
         return VLLMBackend.from_config(cfg, devices, **kwargs)
     from kforge.rollout.hf import HFBackend
 

@@ -31,11 +31,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kforge.rollout.adapters import AdapterLeases
 from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
 from kforge.served import ENV_LOCK, ServedError, ServedProcess
+
+if TYPE_CHECKING:
+    from kforge.modelio import ModelRef
 
 DEFAULT_ENGINE = "kforge.rollout.vllm_worker:VLLMEngine"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -148,10 +151,8 @@ def lora_rank_for(rank: int) -> int:
     raise BackendError(f"lora.rank={rank} is above vLLM's largest max_lora_rank {ranks[-1]}")
 
 
-def engine_kwargs_from_config(cfg: Any, devices: list[int] | None) -> dict[str, Any]:
-    from kforge.modelio import resolve_model
-
-    ref = resolve_model(cfg.model.name, cfg.model.gguf_file)
+def engine_kwargs_from_config(cfg: Any, devices: list[int] | None, ref: "ModelRef") -> dict[str, Any]:
+    """The engine's arguments for the model `ref` (the config's model, resolved by the caller)."""
     model = str(Path(ref.path) / ref.gguf_file) if ref.gguf_file else ref.path
     kwargs: dict[str, Any] = dict(
         model=model,
@@ -239,12 +240,16 @@ class VLLMBackend:
         atexit.register(self.close)
 
     @classmethod
-    def from_config(cls, cfg: Any, devices: list[int] | None = None, **kwargs: Any) -> "VLLMBackend":
+    def from_config(cls, cfg: Any, devices: list[int] | None = None, ref: "ModelRef | None" = None,
+                    **kwargs: Any) -> "VLLMBackend":
+        """The engine of `cfg` on `devices`. The model is resolved once (here, or by the caller that starts
+        several engines: `ref`), and the tokenizer and the engine read that one folder."""
         from kforge.modelio import load_tokenizer, resolve_model
 
-        ref = resolve_model(cfg.model.name, cfg.model.gguf_file)
+        if ref is None:
+            ref = resolve_model(cfg.model.name, cfg.model.gguf_file)
         tokenizer = load_tokenizer(ref, cfg.model.chat_template, cfg.model.trust_remote_code)
-        engine_kwargs = engine_kwargs_from_config(cfg, devices)
+        engine_kwargs = engine_kwargs_from_config(cfg, devices, ref)
         engine_kwargs.update(kwargs.pop("engine_kwargs", {}))
         kwargs.setdefault("request_timeout_s", cfg.rollout.request_timeout_s)
         return cls(tokenizer, engine_kwargs, devices=devices, **kwargs)

@@ -21,7 +21,6 @@ error ends the run as `failed` with the reason in status.json; when the learner'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +44,7 @@ from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metric
 from kforge.train.placement import Plan
 from kforge.train.stall import cancel, watched
 from kforge.train.stopflag import StopFlag
+from kforge.ui.null import NullDashboard
 
 log = logging.getLogger("kforge.train")
 ROLLOUTS = "rollout + eval"  # the dashboard's name for a step's rollouts and their evaluation
@@ -92,7 +92,7 @@ class Trainer:
     train_problems: list[Problem]
     test_problems: list[Problem]
     parts: Parts
-    dashboard: Any = None
+    dashboard: Any = field(default_factory=NullDashboard)  # kforge train's Dashboard, or one showing nothing
     step: int = 0
     restarts: int = 0
     sampler: ProblemSampler = field(init=False)
@@ -142,7 +142,7 @@ class Trainer:
                 if self.pipelined and step < self.total_steps:
                     pending = self._start_rollouts(step + 1)  # on the current adapter, while it learns
                 learned = await self._watched(learning, step, "learn", self._learner_waits)
-                with self._stage("sync adapter"):  # 4. the new adapter to the engine
+                with self.dashboard.stage("sync adapter"):  # 4. the new adapter to the engine
                     times.sync_s = await self._off_loop(self._sync_adapter, None, times)
                 self.step = step
                 restarts = self.restarts + getattr(self.parts.backend, "restarts", 0)  # + replicas restarted alone
@@ -150,7 +150,7 @@ class Trainer:
                                        self.levels, self.cfg.log.per_level_metrics, restarts, self.plan)
                 metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
                                                    self._rollout_waits))  # 5. log (held-out eval on its cadence)
-                with self._stage("checkpoint"):  # 6. checkpoint on its schedule
+                with self.dashboard.stage("checkpoint"):  # 6. checkpoint on its schedule
                     metrics.update(await self._off_loop(self._scheduled_checkpoint, step))
                 metrics.update(peaks.take())
                 metrics["time/step_s"] = time.time() - t0
@@ -190,8 +190,7 @@ class Trainer:
         """Await one stage, warning (log and dashboard) whenever nothing in it moved for `log.stall_warn_s`."""
         inflight = self.parts.runner.inflight
         return await watched(stage_work, f"step {step}: {stage}", self.cfg.log.stall_warn_s,
-                             lambda: inflight.turns_done, waiting_for,
-                             self.dashboard.warn if self.dashboard is not None else (lambda _m: None))
+                             lambda: inflight.turns_done, waiting_for, self.dashboard.warn)
 
     def _rollout_waits(self) -> str:
         return self.parts.runner.inflight.describe(type(self.parts.backend).__name__)
@@ -227,19 +226,13 @@ class Trainer:
         seed_everything(seed)
         group = self.cfg.dataset.group_size
         # Tagged with its step: pipelined, it runs while the step before learns, and outlasts that step's end.
-        with self._stage(ROLLOUTS, len(batch) * group * self.cfg.turns, step):
+        with self.dashboard.stage(ROLLOUTS, len(batch) * group * self.cfg.turns, step):
             try:
                 return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
             except BackendError as exc:
                 self._restart_backend(exc, step)
                 return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed,
                                                           self._on_turn)
-
-    def _stage(self, name: str, total: int = 0, step: int | None = None) -> Any:
-        """The dashboard shows `name` while the block runs (and its progress out of `total`)."""
-        if self.dashboard is None:
-            return contextlib.nullcontext()
-        return self.dashboard.stage(name, total, step)
 
     def _restart_backend(self, exc: Exception, step: int) -> None:
         """A dead rollout worker is started again with the current adapter and the step's rollouts are
@@ -258,8 +251,6 @@ class Trainer:
         self.restarts += 1
 
     def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None:
-        if self.dashboard is None:
-            return
         self.dashboard.advance(stage=ROLLOUTS)
         v = turn.verdict
         status = v.status.value if v is not None else "format_error"
@@ -279,7 +270,7 @@ class Trainer:
 
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         # Over when the optimiser step is: the sync, held-out eval and checkpoint after it have their own.
-        with self._stage("learn"):
+        with self.dashboard.stage("learn"):
             return await self._learn_step(samples, times)
 
     async def _learn_step(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
@@ -333,9 +324,11 @@ class Trainer:
         if not (every and step % every == 0 and self.test_problems):
             return {}
         seed = step_seed(self.cfg.dataset.seed, step, "held-out")
-        on_turn = ((lambda _trajectory, _turn: self.dashboard.advance(stage="held-out eval"))
-                   if self.dashboard is not None else None)
-        with self._stage("held-out eval", len(self.test_problems) * self.cfg.turns, step):
+
+        def on_turn(_trajectory: Trajectory, _turn: Turn) -> None:
+            self.dashboard.advance(stage="held-out eval")
+
+        with self.dashboard.stage("held-out eval", len(self.test_problems) * self.cfg.turns, step):
             rollouts = await self.parts.runner.run_groups(self.test_problems, 1, self.parts.learner.version, seed,
                                                           on_turn)
         return held_out_metrics(rollouts.trajectories, self.levels)
@@ -343,8 +336,7 @@ class Trainer:
     async def _log(self, step: int, metrics: dict[str, Any], trajectories: list[Trajectory], sinks: MetricSinks) -> None:
         for warning in collapse_warnings(self._history, metrics):
             log.warning("step %d: %s", step, warning)
-            if self.dashboard is not None:
-                self.dashboard.warn(warning)
+            self.dashboard.warn(warning)
         metrics.update({f"time/{k}": v for k, v in getattr(self.parts.backend, "load_times", {}).items()})
         self.run.log_metrics(metrics)
         turns = [t for tr in trajectories for t in tr.turns]
@@ -355,8 +347,7 @@ class Trainer:
                                     int(self.cfg.log.samples_max_mb * 2**20))
         self._history = (self._history + [metrics])[-10:]
         self.run.set_status("running", step=step, total_steps=self.total_steps, preset=self.cfg.preset)
-        if self.dashboard is not None:
-            self.dashboard.end_step(step, metrics, metrics["time/step_s"])
+        self.dashboard.end_step(step, metrics, metrics["time/step_s"])
         log.info("step %d/%d reward %.3f correct %.2f (%.1fs)", step, self.total_steps,
                  metrics.get("reward/mean", 0.0), metrics.get("rate/correct", 0.0), metrics["time/step_s"])
 

@@ -20,18 +20,11 @@ from kforge.learner.packing import collate_any, plan
 from kforge.credit.samples import Sample
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
+from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
 
 VOCAB = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The models here are tiny: a second intra-op thread only adds synchronisation, and on a busy
-    2-core machine its spinning slows these tests several times over."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tiny_model(seed: int = 0):

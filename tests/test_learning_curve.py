@@ -15,6 +15,7 @@ from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.samples import Sample
 from kforge.learner.learner import Learner
 from kforge.policy.records import Trajectory, Turn
+from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
 
 SPEC = importlib.util.spec_from_file_location("learning_curve", Path(__file__).parent.parent / "bench" / "learning_curve.py")
 lc = importlib.util.module_from_spec(SPEC)
@@ -23,12 +24,6 @@ SPEC.loader.exec_module(lc)
 VOCAB = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_paired_test_uses_per_step_differences():

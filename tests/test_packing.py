@@ -8,50 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kforge.config.schema import KforgeConfig
 from kforge.credit.samples import Sample
 from kforge.learner import varlen
 from kforge.learner.batching import collate
 from kforge.learner.learner import Learner
 from kforge.learner.logprobs import response_logprobs
 from kforge.learner.packing import collate_packed, padding_share, plan, plan_packed
-
-VOCAB = 97
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tiny_models import VOCAB, one_thread, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
 
 
-def small_model(arch: str = "llama", attn: str = "sdpa", seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    torch.manual_seed(seed)
-    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=2,
-                  initializer_range=0.2)
-    if arch == "qwen2":
-        config = Qwen2Config(**common, use_sliding_window=False)
-        config._attn_implementation = attn
-        return Qwen2ForCausalLM(config)
-    config = LlamaConfig(**common)
-    config._attn_implementation = attn
-    return LlamaForCausalLM(config)
-
-
-def small_cfg(**learner) -> KforgeConfig:
-    cfg = KforgeConfig()
-    cfg.model.gradient_checkpointing = True
-    cfg.lora.rank = 4
-    cfg.lora.alpha = 8
-    cfg.rollout.max_tokens = 12
-    for key, value in {**dict(learning_rate=0.0, warmup_steps=0, loss_fn="grpo"), **learner}.items():
-        setattr(cfg.learner, key, value)
-    return cfg
 
 
 def samples(seed: int = 5) -> list[Sample]:

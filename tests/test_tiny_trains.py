@@ -16,14 +16,9 @@ from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.rewards import score_trajectories
 from kforge.learner.learner import Learner
 from kforge.policy.records import Candidate, Trajectory, Turn
+from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def small_model_turn(problem: str, index: int, tokens: int, max_tokens: int, seed: int) -> Turn:

@@ -7,37 +7,15 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kforge.credit.samples import Sample
 from kforge.learner.batching import collate
 from kforge.learner.learner import Learner
 from kforge.learner.logprobs import response_logprobs, split_head
-from tiny_models import VOCAB, one_thread, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
-
-
-
-
-
-def samples() -> list[Sample]:
-    gen = torch.Generator().manual_seed(5)
-    out = []
-    for i, (p, r) in enumerate([(3, 12), (7, 9), (2, 11), (5, 4)]):
-        ids = torch.randint(3, VOCAB, (p + r,), generator=gen).tolist()
-        out.append(Sample(ids[:p], ids[p:], 1.0 if i % 2 else -0.5, problem_key=f"p{i // 2}"))
-    return out
-
-
-def perturbed(learner: Learner) -> Learner:
-    """A fresh adapter has B = 0 (no gradient reaches A); random B makes every LoRA weight's gradient count."""
-    gen = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for p in learner.params:
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    return learner
+from tiny_models import VOCAB, one_thread, perturbed, samples, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
 
 
 def logp_entropy_and_grads(chunk: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     learner = perturbed(Learner(small_cfg(logprob_chunk=chunk), model=small_model()))
-    batch = collate(samples(), [0, 1, 2, 3], learner.pad_id, learner.device)
+    batch = collate(samples(4), [0, 1, 2, 3], learner.pad_id, learner.device)
     learner.model.train()
     logp, entropy = response_logprobs(learner.model, batch, 0.9, chunk=chunk, entropy=True, entropy_grad=True)
     mask = batch.response_mask
@@ -77,7 +55,7 @@ class _LogitRows(TorchDispatchMode):
 @pytest.mark.parametrize("chunk", [0, 4])
 def test_chunked_head_never_holds_logits_of_more_than_a_chunk_of_positions(chunk):
     learner = perturbed(Learner(small_cfg(logprob_chunk=chunk), model=small_model()))
-    batch = collate(samples(), [0, 1, 2, 3], learner.pad_id, learner.device)
+    batch = collate(samples(4), [0, 1, 2, 3], learner.pad_id, learner.device)
     positions = batch.targets.numel()
     learner.model.train()
     with _LogitRows() as rows:
@@ -94,9 +72,9 @@ def test_a_train_step_is_the_same_with_chunked_and_full_logits():
     full = perturbed(Learner(small_cfg(logprob_chunk=0, **cfg), model=small_model()))
     chunked = perturbed(Learner(small_cfg(logprob_chunk=3, **cfg), model=small_model()))
     torch.manual_seed(0)
-    a = full.train_step(samples())
+    a = full.train_step(samples(4))
     torch.manual_seed(0)
-    b = chunked.train_step(samples())
+    b = chunked.train_step(samples(4))
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-8)
     assert b["entropy"] == pytest.approx(a["entropy"], rel=1e-5)
     for p, q in zip(full.params, chunked.params):
@@ -128,10 +106,10 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_gradients_within_bf16_toler
     ref = perturbed(Learner(small_cfg(), model=small_model()))
     bf16 = perturbed(Learner(small_cfg(bf16_autocast=True), model=small_model()))
     torch.manual_seed(0)
-    a = ref.train_step(samples())
+    a = ref.train_step(samples(4))
     torch.manual_seed(0)
     with _MatmulDtypes() as seen:
-        b = bf16.train_step(samples())
+        b = bf16.train_step(samples(4))
     assert torch.bfloat16 in seen.dtypes  # the matmuls really ran in bf16
     assert all(p.dtype == torch.float32 for p in bf16.params)  # AdamW updates fp32 master weights
     assert all(s["exp_avg"].dtype == torch.float32 for s in bf16.optimizer.state.values()) or not bf16.optimizer.state
@@ -148,7 +126,7 @@ def saved_bytes(learner: Learner, cast_input: bool) -> int:
     """Bytes of distinct storages autograd keeps for backward in one forward of a bf16 base under autocast."""
     from kforge.learner.lora import bf16_compute
 
-    batch = collate(samples(), [0, 1, 2, 3], learner.pad_id, learner.device)
+    batch = collate(samples(4), [0, 1, 2, 3], learner.pad_id, learner.device)
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:

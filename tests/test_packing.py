@@ -14,28 +14,7 @@ from kforge.learner.batching import collate
 from kforge.learner.learner import Learner
 from kforge.learner.logprobs import response_logprobs
 from kforge.learner.packing import collate_packed, padding_share, plan, plan_packed
-from tiny_models import VOCAB, one_thread, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
-
-
-
-
-
-def samples(seed: int = 5) -> list[Sample]:
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for i, (p, r) in enumerate([(3, 12), (7, 9), (2, 11), (5, 4), (9, 1)]):
-        ids = torch.randint(3, VOCAB, (p + r,), generator=gen).tolist()
-        out.append(Sample(ids[:p], ids[p:], 1.0 if i % 2 else -0.5, problem_key=f"p{i // 2}"))
-    return out
-
-
-def perturbed(learner: Learner) -> Learner:
-    """A fresh adapter has B = 0 (no gradient reaches A); random B makes every LoRA weight's gradient count."""
-    gen = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for p in learner.params:
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    return learner
+from tiny_models import VOCAB, one_thread, perturbed, samples, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
 
 
 def learner_for(arch: str, attn: str, pack: bool, **cfg) -> Learner:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kforge.config.schema import KforgeConfig
+from kforge.credit.samples import Sample
 
 VOCAB = 97  # unlike every other dimension of the model, so a [rows, vocab] tensor is recognisable
 
@@ -49,3 +50,22 @@ def small_cfg(**learner) -> KforgeConfig:
     for key, value in {**dict(learning_rate=0.0, warmup_steps=0, loss_fn="grpo"), **learner}.items():
         setattr(cfg.learner, key, value)
     return cfg
+
+
+def samples(count: int = 5, seed: int = 5) -> list[Sample]:
+    """`count` (at most 5) samples of mixed prompt and response lengths, alternating advantages."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i, (p, r) in enumerate([(3, 12), (7, 9), (2, 11), (5, 4), (9, 1)][:count]):
+        ids = torch.randint(3, VOCAB, (p + r,), generator=gen).tolist()
+        out.append(Sample(ids[:p], ids[p:], 1.0 if i % 2 else -0.5, problem_key=f"p{i // 2}"))
+    return out
+
+
+def perturbed(learner):
+    """A fresh adapter has B = 0 (no gradient reaches A); random B makes every LoRA weight's gradient count."""
+    gen = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for p in learner.params:
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return learner

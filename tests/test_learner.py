@@ -20,23 +20,13 @@ from kforge.learner.packing import collate_any, plan
 from kforge.credit.samples import Sample
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
-from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
+from tiny_models import one_thread, small_model  # noqa: F401 (one_thread: autouse)
 
 VOCAB = 16
 
 
-
-
 def tiny_model(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        pad_token_id=0, eos_token_id=1, bos_token_id=2, initializer_range=0.2,
-    )
-    return LlamaForCausalLM(config)
+    return small_model(seed=seed, vocab=VOCAB)
 
 
 def tiny_cfg(**learner) -> KforgeConfig:

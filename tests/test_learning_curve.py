@@ -24,8 +24,6 @@ SPEC.loader.exec_module(lc)
 VOCAB = 16
 
 
-
-
 def test_paired_test_uses_per_step_differences():
     # real beats shuffled by 0.1 to 0.3 in every step: one-sided p small, d_z = mean / sd of the differences
     real, shuffled = [0.3, 0.5, 0.6, 0.8, 0.9, 0.9], [0.2, 0.3, 0.3, 0.5, 0.7, 0.6]

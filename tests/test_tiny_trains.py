@@ -19,8 +19,6 @@ from kforge.policy.records import Candidate, Trajectory, Turn
 from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
 
 
-
-
 def small_model_turn(problem: str, index: int, tokens: int, max_tokens: int, seed: int) -> Turn:
     """A response with no kernel block, ``tokens`` long (cut when it reaches max_tokens), its ids inside
     the scratch model's vocabulary and its text its own (prose differs from sample to sample)."""

@@ -23,12 +23,12 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def small_model(arch: str = "llama", attn: str = "sdpa", seed: int = 0):
-    """A 2-layer Llama or Qwen2 with grouped-query attention and VOCAB tokens, weights from `seed`."""
+def small_model(arch: str = "llama", attn: str = "sdpa", seed: int = 0, vocab: int = VOCAB):
+    """A 2-layer Llama or Qwen2 with grouped-query attention and `vocab` tokens, weights from `seed`."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=2,
                   initializer_range=0.2)
     if arch == "qwen2":

@@ -192,7 +192,7 @@ def test_resume_knows_the_same_checkpoint_by_its_resolved_path_and_refuses_other
 
 def test_the_results_file_has_one_writer_and_one_reader_every_caller_uses(tmp_path):
     from kforge.eval.build import check_resumable
-    from kforge.eval.compare import load_results
+    from kforge.eval.compare import compare_files
     from kforge.eval.results import ResultsFileError, read_results, write_results
 
     path = tmp_path / "deep" / "r.json"
@@ -203,7 +203,7 @@ def test_the_results_file_has_one_writer_and_one_reader_every_caller_uses(tmp_pa
     with pytest.raises(ResultsFileError, match="bad.json: not a kforge eval results file"):
         read_results(bad)
     with pytest.raises(ResultsFileError, match="not a kforge eval results file"):
-        load_results(str(bad))
+        compare_files(str(bad), str(bad))
     with pytest.raises(EvalSetupError, match="bad.json: not a kforge eval results file .*pick another --out"):
         check_resumable(bad, {})
     with pytest.raises(ResultsFileError, match="is a folder"):

@@ -640,8 +640,10 @@ def test_a_small_output_pytorch_finished_is_judged_by_who_did_the_gpu_work() -> 
     loss = Launch(True, "loss_kernel", [(0, 4096), (4096, 8192), (9000, 9004)])  # p, t -> acc
     ev = summarize([loss], inputs + [(9100, 9104)], [(9100, 9104)])  # the output: acc / n, made by PyTorch
     assert ev["outputs_unwritten"] == 0 and ev["outputs_finished"] == 1 and flags_from_evidence([ev]) == []
-    assert finished_elsewhere_flags([ev], 0.97) == [] and finished_elsewhere_flags([ev], None) == []
-    assert finished_elsewhere_flags([ev], EPILOGUE_MIN_SHARE / 2) == ["output_not_from_kernel"]
+    assert finished_elsewhere_flags([ev], 0.97, True) == [] and finished_elsewhere_flags([ev], None, False) == []
+    assert finished_elsewhere_flags([ev], EPILOGUE_MIN_SHARE / 2, True) == ["output_not_from_kernel"]
+    assert finished_elsewhere_flags([ev], None, True) == ["output_not_from_kernel"]  # a GPU that measured nothing
+    assert finished_elsewhere_flags([{}, ev], 0.1, True) == ["output_not_from_kernel"]  # in any call's evidence
     # An output as big as the inputs made by PyTorch is flagged at once, whatever the coverage.
     size = 8192 // EPILOGUE_RATIO + 1
     big = summarize([loss], inputs + [(20000, 20000 + size)], [(20000, 20000 + size)])

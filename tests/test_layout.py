@@ -297,7 +297,7 @@ def test_every_domain_error_for_the_user_is_a_user_error_under_its_own_name():
     names = {"kforge.config.loader": "ConfigError", "kforge.rag.errors": "RagError", "kforge.gpus": "GpuIndexError",
              "kforge.policy.prompts": "PromptError", "kforge.credit.rewards": "RewardOrderError",
              "kforge.train.build": "SetupError", "kforge.train.placement": "PlacementError",
-             "kforge.eval.compare": "CompareError", "kforge.eval.results": "ResultsFileError",
+             "kforge.eval.results": "ResultsFileError",
              "kforge.eval.runner": "EvalTargetError", "kforge.eval.build": "EvalSetupError",
              "kforge.space": "UnwritableFolder", "kforge.problems.sources": "ProblemSourceError",
              "kforge.runs.locate": "LocateError", "kforge.ops.export": "ExportError"}

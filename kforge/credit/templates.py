@@ -19,6 +19,7 @@ import ast
 import hashlib
 from collections import defaultdict
 
+from kforge.evaluator.static_check import parse
 from kforge.policy.records import Trajectory, Turn
 
 
@@ -78,7 +79,7 @@ def fingerprint(code: str | None) -> str | None:
     if not code or not code.strip():
         return None
     try:
-        tree = ast.parse(code)
+        tree = parse(code)  # under the pool's parse lock: it parses from its worker threads meanwhile
     except (SyntaxError, ValueError, RecursionError):
         return None
     try:

@@ -5,13 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kforge.errors import UserError
 from kforge.eval.report import outcomes_from_samples, summarize
 from kforge.eval.results import read_results
-
-
-class CompareError(UserError):
-    """A file that is not a results file; the message is one line for the user."""
 
 
 @dataclass
@@ -22,12 +17,8 @@ class Comparison:
     rows: list[tuple[str, str, Any, Any, float | None]] = field(default_factory=list)
 
 
-def load_results(path: str) -> dict[str, Any]:
-    return read_results(path)  # a ResultsFileError says what is wrong with the file
-
-
 def compare_files(path_a: str, path_b: str, all_problems: bool = False) -> Comparison:
-    a, b = load_results(path_a), load_results(path_b)
+    a, b = read_results(path_a), read_results(path_b)  # a ResultsFileError says what is wrong with a file
     cmp = Comparison(a, b)
     if a.get("baseline", {}).get("label") != b.get("baseline", {}).get("label"):
         cmp.notes.append("A and B use different baselines or GPUs, so their speedups are not comparable")

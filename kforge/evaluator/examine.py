@@ -222,9 +222,11 @@ class Examination:
             self.profiled = True
             cov = answers[profile_at].get("coverage")
             self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
-            if flags := finished_elsewhere_flags(self.trial_evidence, self.v.coverage):
-                self.v.flags += flags
-                self.v.details["reason"] = "PyTorch made an output and did most of the GPU work"
+        # Outputs PyTorch finished, in the trials or in any timed call (a candidate may change course once timed)
+        calls = self.trial_evidence + [dict(a.get("evidence") or {}) for a in answers]
+        if flags := finished_elsewhere_flags(calls, self.v.coverage, self.slot.on_gpu):
+            self.v.flags += flags
+            self.v.details["reason"] = "PyTorch made an output and did most of the GPU work (or none was measured)"
         mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
         if mismatch:
             self.v.flags.append("timed_output_mismatch")

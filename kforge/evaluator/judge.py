@@ -69,15 +69,18 @@ def timed_evidence_flags(answers: list[dict[str, Any]]) -> list[str]:
 # A correct candidate whose outputs PyTorch finished (guard.EPILOGUE_RATIO: small outputs no kernel of its own
 # wrote) must show, in the profiled call, that its own kernels took at least this share of the GPU time: a
 # loss kernel that sums on the GPU and divides in PyTorch is near 1; a copy kernel followed by PyTorch's own
-# reduction of the copy is near or under half. Without a measurement (a CPU) nothing is flagged.
+# reduction of the copy is near or under half. On a GPU a share that was not measured counts as too small (a
+# profiled call that fails must not excuse the output); on a CPU, where nothing measures it, nothing is flagged.
 EPILOGUE_MIN_SHARE = 0.5
 
 
-def finished_elsewhere_flags(evidence: list[dict[str, Any]], coverage: float | None) -> list[str]:
-    """`output_not_from_kernel` for a candidate whose small outputs PyTorch made while its own kernels did
-    less than EPILOGUE_MIN_SHARE of the measured GPU time."""
+def finished_elsewhere_flags(evidence: list[dict[str, Any]], coverage: float | None, on_gpu: bool) -> list[str]:
+    """`output_not_from_kernel` for a candidate whose small outputs PyTorch made (in any call's evidence) while
+    its own kernels did less than EPILOGUE_MIN_SHARE of the GPU time, or no share was measured on a GPU."""
     finished = any(int(ev.get("outputs_finished", 0) or 0) > 0 for ev in evidence)
-    return ["output_not_from_kernel"] if finished and coverage is not None and coverage < EPILOGUE_MIN_SHARE else []
+    if not (finished and on_gpu):
+        return []
+    return ["output_not_from_kernel"] if coverage is None or coverage < EPILOGUE_MIN_SHARE else []
 
 
 def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:

@@ -141,10 +141,12 @@ def response_logprobs(
     flat = batch.pick(decoder(**batch.model_inputs()).last_hidden_state)
     targets = batch.targets.reshape(-1)
     logps, ents = [], []
+    # Recompute in backward only what backward needs: the same for every chunk.
+    recompute = torch.is_grad_enabled() and (flat.requires_grad or any(p.requires_grad for p in head.parameters()))
     for start in range(0, b * width, chunk):
         args = (head, flat[start:start + chunk], targets[start:start + chunk], temperature, top_k, top_p,
                 entropy, entropy_grad)
-        if torch.is_grad_enabled() and (flat.requires_grad or any(p.requires_grad for p in head.parameters())):
+        if recompute:
             lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False)
         else:
             lp, ent = _head_chunk(*args)

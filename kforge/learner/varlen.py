@@ -31,6 +31,7 @@ NAME = "kforge_varlen"
 _HALF = (torch.float16, torch.bfloat16)
 
 
+@functools.cache  # asked at every attention layer of every forward: a failed import is not retried
 def _torch_varlen() -> Any:
     try:
         from torch.nn.attention.varlen import varlen_attn

@@ -9,9 +9,9 @@ truncated code must parse, since a cut-off module is not the model's answer.
 
 from __future__ import annotations
 
-import ast
 import re
 
+from kforge.evaluator.static_check import parse
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.prompts import KERNEL_CLOSE, KERNEL_OPEN, THINK_CLOSE, THINK_OPEN
 from kforge.policy.records import Candidate
@@ -37,7 +37,7 @@ def split_thinking(text: str) -> tuple[str | None, str, bool]:
 
 def _syntax_problem(code: str) -> str | None:
     try:
-        ast.parse(code)
+        parse(code)  # under the pool's parse lock: it parses from its worker threads meanwhile
     except SyntaxError as exc:
         return f"line {exc.lineno}: {exc.msg}"
     return None

@@ -79,7 +79,7 @@ def write(path: Path, doc: dict[str, Any]) -> None:
 def read(path: Path) -> dict[str, Any]:
     """A baseline file `--baseline` names: it must exist and hold levelN sections."""
     if not path.is_file():
-        raise ValueError(f"baseline file {path} does not exist: pass a KernelBench baseline JSON "
+        raise UserError(f"baseline file {path} does not exist: pass a KernelBench baseline JSON "
                          "(`kforge problems baseline` writes one)")
     return load(path)
 

@@ -321,14 +321,6 @@ class RunFolder:
         usable = [str(s) for s, d in sorted(self.checkpoint_dirs().items()) if checkpoint_damage(d) is None]
         return f"checkpoints that can be used: --step {', '.join(usable)}" if usable else "no checkpoint can be used"
 
-    def adapter_dir(self, version: int) -> Path:
-        return self.path / ADAPTERS_DIR / f"v{version:06d}"
-
-    def prune_adapters(self, keep: int = 3) -> None:
-        root = self.path / ADAPTERS_DIR
-        for path in (sorted(root.glob("v*")) if root.is_dir() else [])[:-keep]:
-            shutil.rmtree(path, ignore_errors=True)
-
     def samples_path(self, step: int) -> Path:
         return self.path / SAMPLES_DIR / f"step_{step}.jsonl"
 

@@ -104,7 +104,7 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
     opened.log_file.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("kforge").addHandler(opened.log_file)
     if resume is not None and resume.changes:
-        _record_changes(opened.run, cfg, resume.changes, opened.before.get("step") or resume.done)
+        _record_changes(opened.run, cfg, resume.changes, resume.done)  # read from the same status.json
     return opened
 
 

@@ -65,8 +65,10 @@ def write_model_folder(
     seed: int = 0,
     dtype: str = "bfloat16",
     tokenizer_from: str | Path | None = None,
+    device: str = "cpu",
 ) -> Path:
-    """Config + tokenizer (+ safetensors weights when `real_weights`) of a `arch` model ('llama'|'qwen2')."""
+    """Config + tokenizer (+ safetensors weights when `real_weights`) of a `arch` model ('llama'|'qwen2').
+    `device`: where the random weights are drawn (a 7B shape is drawn in seconds on a GPU, minutes on a CPU)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, Qwen2Config
 
@@ -99,8 +101,9 @@ def write_model_folder(
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
-        model.to(getattr(torch, dtype)).save_pretrained(str(out))
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        model.save_pretrained(str(out))
     return out
 
 

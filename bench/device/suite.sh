@@ -34,6 +34,23 @@ for s in "$@"; do
     learner_pack) section learner_pack 590 python3 bench/learner.py --models 7b --seq 8192 --quant bf16 \
              --micro-batch-tokens 8192 --recompute "${RECOMPUTE:-0.25}" --chunk 1024 --autocast on \
              --pack off,on --lengths mixed --steps 2 ;;
+    wait_vllm) section wait_vllm 600 bash -c 'until python3 -c "import vllm" 2>/dev/null; do sleep 10; done' ;;
+    sync) section adapter_sync 420 python3 bench/adapter_sync.py --shape 7b --rank 32 ;;
+    rollout_gap) section rollout_gap 590 python3 bench/rollout.py --backend vllm --shape 1b --prompts 128 --tokens 512 \
+             --lora --direct llm,async --reps 3 --json "$OUT/rollout_gap.json" ;;
+    model7b)  # Qwen2.5-Coder-7B's shape with random bf16 weights (drawn on the GPU), a local tokenizer
+      [ -f /root/m7b/config.json ] || section model7b 600 python3 -c "import sys; sys.path.insert(0, 'tests')
+from scratch_model import write_model_folder as w
+w('/root/m7b', arch='qwen2', hidden=3584, layers=28, heads=28, kv_heads=4, intermediate=18944, max_positions=32768,
+  real_weights=True, device='cuda')" ;;
+    kevin)  # KEVIN_NAME, KEVIN_STEPS, KEVIN_ARGS (overrides): a kevin-preset run, NVML sampled through its steps
+      python3 bench/gpu_busy.py record --out "$OUT/${KEVIN_NAME}_busy.jsonl" & rec=$!
+      section "kevin_$KEVIN_NAME" "${KEVIN_LIMIT:-1500}" python3 -m kforge train --preset kevin --plain --runs-dir /root/runs \
+        --name "$KEVIN_NAME" --max-steps "$KEVIN_STEPS" dataset.source=$KB model.dtype=bfloat16 ${KEVIN_ARGS:-}
+      kill $rec; wait $rec
+      cp "/root/runs/$KEVIN_NAME/metrics.jsonl" "$OUT/${KEVIN_NAME}_metrics.jsonl"
+      python3 bench/gpu_busy.py summary "$OUT/${KEVIN_NAME}_busy.jsonl" "/root/runs/$KEVIN_NAME" --skip "${KEVIN_SKIP:-1}" \
+        | tee "$OUT/${KEVIN_NAME}_busy.txt" ;;
     ddp) section learner_ddp 560 python3 bench/learner_ddp.py --gpus "${DDP_GPUS:-2}" --arch "${DDP_ARCH:-1.5b}" ;;
     train) section train_1gpu 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name gpu1 \
              --max-steps 3 model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=256 dataset.group_size=4 \

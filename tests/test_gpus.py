@@ -46,9 +46,9 @@ def test_placement_rejects_gpus_that_are_not_visible(monkeypatch):
     with pytest.raises(gpus.GpuIndexError, match="eval GPU 2 does not exist: 2 GPU"):
         plan_placement(None, {"eval": [2]})
     plan = plan_placement(None, {"eval": [0]})
-    assert (plan.mode, plan.rollout, plan.learner, plan.eval) == ("split", [0], [1], [0])
+    assert (plan.mode, plan.rollout, plan.learner, plan.eval) == ("colocated", [0, 1], [0, 1], [0])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
-    plan = plan_placement()
+    plan = plan_placement(None, {"rollout": [0]})
     assert (plan.rollout, plan.learner, plan.names("rollout")) == ([0], [1], "0 (1)")  # logical, for every role
 
 
@@ -67,6 +67,9 @@ def test_every_role_maps_logical_indices_through_one_function(monkeypatch):
 
     learner_proc.LearnerProcess(KforgeConfig(), [1])
     assert [(s["env"], s["kwargs"]["device"]) for s in started] == [({"CUDA_VISIBLE_DEVICES": "1"}, "cuda")]
+    started.clear()  # two ranks (a colocated plan on two GPUs): each rank sees its own GPU only
+    learner_proc.LearnerProcess(KforgeConfig(), [0, 1])
+    assert {s["name"]: s["env"]["CUDA_VISIBLE_DEVICES"] for s in started} == {"learner": "3", "learner rank 1": "1"}
     with pytest.raises(gpus.GpuIndexError, match="GPU 2 does not exist: 2 GPU"):
         learner_proc.LearnerProcess(KforgeConfig(), [2])
     assert list(inspect.signature(learner_proc.LearnerProcess).parameters)[1] == "devices"

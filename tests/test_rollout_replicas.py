@@ -73,11 +73,12 @@ def test_rollout_gpus_named_for_a_model_that_fits_one_gpu_become_replicas_not_te
     plan = plan_placement([str(i) for i in range(4)], {"rollout": [0, 1, 2, 3], "learner": [0, 1, 2, 3]},
                           Memory(79.6, gb7, gb7, 0.5))
     assert plan.rollout_tp == 1 and any("4 data-parallel engines" in line for line in plan.why)
-    big = 32.8e9 * 2 / 2**30
-    plan = plan_placement([str(i) for i in range(4)], {"rollout": [0, 1, 2, 3]}, Memory(79.6, big, big, 0.5))
+    big, quarter = 32.8e9 * 2 / 2**30, 32.8e9 * 0.55 / 2**30  # a 4-bit learner fits beside the engine's share
+    plan = plan_placement([str(i) for i in range(4)], {"rollout": [0, 1, 2, 3]}, Memory(79.6, big, quarter, 0.5))
     assert plan.rollout_tp == 2 and any("2 data-parallel engines, 2 GPU(s) each" in line for line in plan.why)
+    assert plan.mode == "colocated" and plan.learner == [0, 1, 2, 3]  # no GPU left: the learner shares them
     with pytest.raises(PlacementError, match="give a multiple of 2"):
-        plan_placement([str(i) for i in range(4)], {"rollout": [0, 1, 2]}, Memory(79.6, big, big, 0.5))
+        plan_placement([str(i) for i in range(4)], {"rollout": [0, 1, 2]}, Memory(79.6, big, quarter, 0.5))
 
 
 # ------------------------------------------------------------------ a replica that dies

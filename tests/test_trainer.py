@@ -381,3 +381,49 @@ def test_a_run_writes_its_engine_copies_to_shm_and_removes_them_at_the_end(tmp_p
     assert loaded and all(Path(p).parent == root for p in loaded)
     assert not root.exists()  # removed at the end of the run
     assert not (trainer.run.path / "adapters").exists()
+
+
+class Replica(FakeEngine):
+    """An engine replica that notes whether it was awake at each generate call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asleep, self.awake_at_generate, self.sleeps = False, [], 0
+
+    async def agenerate(self, requests, on_completion=None):
+        self.awake_at_generate.append(not self.asleep)
+        return await super().agenerate(requests, on_completion)
+
+    def sleep(self):
+        self.asleep, self.sleeps = True, self.sleeps + 1
+
+    def wake(self):
+        self.asleep = False
+
+
+@pytest.mark.parametrize("colocated", [True, False], ids=["colocated", "split"])
+def test_colocated_replicas_all_sleep_through_the_learner_step_and_wake_for_rollouts(tmp_path, colocated):
+    """Two GPUs, each an engine replica and a learner rank: every replica is asleep while the learner
+    trains (its rank needs the GPU's memory) and awake for every rollout; a split plan never sleeps them."""
+    from kforge.rollout.replicas import Replicas
+
+    engines = [Replica(), Replica()]
+
+    class Learner(FakeLearner):
+        def train_step(self, samples):
+            self.asleep_during = getattr(self, "asleep_during", []) + [[e.asleep for e in engines]]
+            return super().train_step(samples)
+
+    cfg = make_cfg(save_every=0)
+    cfg.rollout.max_staleness = 0  # one problem a step: the router gives the second one the other replica
+    plan = Plan(["0", "1"], [0, 1], [0, 1], [0, 1]) if colocated else Plan(["0", "1"], [0], [1], [1])
+    problems, pool, learner = builtin_problems()[:2], FakePool(), Learner()
+    runner = EpisodeRunner(Replicas(engines), FakeBuilder(problems), pool.evaluate, cfg, VerdictCache())
+    trainer = Trainer(cfg, RunFolder.create(tmp_path, "c", to_yaml(cfg)), plan, problems, [],
+                      Parts(learner, pool, runner, shares_model=False))
+    assert plan.mode == ("colocated" if colocated else "split") and not trainer.pipelined
+    assert asyncio.run(trainer.run_async()) == "finished" and trainer.step == 4
+    learned = len(learner.trained)  # a step whose groups all tie has no learner step (nor a sleep)
+    assert learned >= 2 and learner.asleep_during == [[colocated, colocated]] * learned
+    assert all(e.awake_at_generate and all(e.awake_at_generate) for e in engines)  # both served, always awake
+    assert [e.sleeps for e in engines] == [learned if colocated else 0] * 2 and not any(e.asleep for e in engines)

@@ -59,7 +59,8 @@ def train(
         return
     resolved = target.resolved if target is not None else load_config(preset or "default", config, extra)
     cfg = resolved.config
-    plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg))
+    plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg),
+                          pipelined=cfg.rollout.max_staleness >= 1)
     if dry_run:
         console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
         return

@@ -96,7 +96,7 @@ class RolloutConfig(Section):
     enforce_eager: bool = False
     sleep_between_phases: bool = Field(True, description="sleep the engine while the learner shares its GPU")
     max_staleness: int = Field(0, ge=0, description="policy versions rollouts may lag; 0 = on-policy, 1 = the next "
-                               "step's rollouts run during the learner's step")
+                               "step's rollouts run during the learner's step (on GPUs split from the learner's)")
 
     @field_validator("max_staleness")
     @classmethod

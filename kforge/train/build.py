@@ -103,8 +103,12 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
             from kforge.train.learner_proc import LearnerProcess
 
             say(f"starting the learner on GPU {plan.names('learner')}")
+            # The learner first: colocated, its weights are resident when an engine sizes itself, and vLLM
+            # refuses to start when less than its share (rollout.gpu_memory_utilization) is free, rather than
+            # leaving a learner that starts later short (the planner checked that both fit).
             learner = LearnerProcess(cfg, plan.learner, total_steps, sampling, log_path=str(run.path / "learner.log"))
-            say(f"starting the rollout engine on GPU {plan.names('rollout')}")
+            engines = f"{plan.engines} rollout engines" if plan.engines > 1 else "the rollout engine"
+            say(f"starting {engines} on GPU {plan.names('rollout')}")
 
             # The vLLM worker writes its own log; the hf backend runs in this process and has none.
             extra = {"log_path": str(run.path / "rollout.log")} if choose_backend(cfg.rollout.backend) == "vllm" else {}

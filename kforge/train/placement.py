@@ -1,4 +1,4 @@
-"""Which GPUs run the rollout engine, the learner and the eval pool, and why.
+"""Which GPUs run the rollout engines, the learner and the eval pool, and why.
 
 Indices are logical (positions in CUDA_VISIBLE_DEVICES when it is set), for every role: the learner process,
 the rollout worker and the eval pool each map their own to physical ids through `kforge.gpus` (the one
@@ -6,19 +6,37 @@ mapping) when they start a child with its own CUDA_VISIBLE_DEVICES.
 
 The planner is pure (GPU count, memory per GPU and the model's memory in, a plan with its reasons out), so
 every machine size is tested on a CPU. Its rules, for n GPUs:
-- the rollout engine gets one GPU; tensor parallel over k only when the weights do not fit one GPU's
-  share (`rollout.gpu_memory_utilization`);
-- the eval pool times kernels on a GPU of its own from 3 GPUs on (the last one): nothing else runs there,
-  so timings are not skewed by the learner's step or the engine's decoding; with 2 GPUs it shares the
-  learner's (idle while kernels are timed unless pipelined), with 1 everything shares it;
-- every other GPU is a data-parallel learner rank (each holds the whole base model);
-- a plan the GPUs cannot hold (the learner's weights over a GPU's memory, more tensor-parallel GPUs than the
-  machine has) is refused in one line.
+- the compute GPUs are all n for n <= 2 and the first n-1 from 3 on: the eval pool times kernels on the
+  last GPU, of its own, so timings are not skewed by the learner's step or the engines' decoding (with 1 or
+  2 GPUs it shares the compute GPUs);
+- an engine needs k GPUs (tensor parallel) only when its weights do not fit one GPU's share
+  (`rollout.gpu_memory_utilization`); otherwise k = 1 and several GPUs get data-parallel engines;
+- colocated when memory allows (the default): every compute GPU holds one engine replica (per k GPUs) AND
+  one data-parallel learner rank; the engines sleep while the learner trains (the 1-GPU case is the same
+  plan on one GPU). Memory rule: the learner's base weights plus the engine's share must fit
+  COLOCATE_ROOM (90%) of a GPU: learner_gb + rollout.gpu_memory_utilization x gpu_gb <= 0.9 x gpu_gb. While
+  an engine is awake (rollouts) the learner's base weights stay resident (reloading them every step costs
+  more than it frees), so that is the moment both must fit; the learner starts first and vLLM refuses to
+  start when less than its share is free. The last 10% holds the two processes' CUDA contexts and the
+  learner's LoRA and optimiser state. Asleep (level 1) an engine keeps its weights in host RAM and frees
+  them and its KV cache on the GPU, so the learner's activations get the rest of the GPU;
+- split otherwise (the learner's copy does not fit beside the engine's share), and whenever
+  `rollout.max_staleness=1` (the next step's rollouts run while the learner trains: they need GPUs of their
+  own): engines on the first GPUs, learner ranks on the rest of the compute GPUs. From 3 GPUs on the
+  engines get the larger half of the compute GPUs (rounded up, at least one GPU left to the learner):
+  decoding is most of a multi-turn step, and a data-parallel engine cuts it about as much as a learner rank
+  cuts the (smaller) learner step;
+- a size that is unknown (no model config, no GPU listing) is assumed to fit, and the plan says so;
+- `--gpus` / `placement.*` win: naming only the rollout or only the learner GPUs gives the other role the
+  compute GPUs left (shared with the named ones when none is left);
+- a plan the GPUs cannot hold is refused in one line: the learner's weights over a GPU's memory, more
+  tensor-parallel GPUs than the machine has, a colocated plan over the memory rule that cannot be split, and
+  `rollout.max_staleness=1` on a plan that puts the engine and the learner on the same GPUs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from typing import Any
 
@@ -52,6 +70,27 @@ class Memory:
             k *= 2  # attention heads divide by powers of two
         return k
 
+    def colocates(self) -> bool | None:
+        """The memory rule of a colocated plan (the module's docstring says why); None = a size is unknown."""
+        if not self.gpu_gb or self.learner_gb is None:
+            return None
+        return self.learner_gb + self.rollout_share * self.gpu_gb <= COLOCATE_ROOM * self.gpu_gb
+
+    def colocating_share(self, n: int) -> float:
+        """The largest rollout.gpu_memory_utilization that colocates while the engine's weights still fit n
+        GPUs' shares; 0 when none does (sizes known)."""
+        share = int((COLOCATE_ROOM - (self.learner_gb or 0) / (self.gpu_gb or 1)) * 100) / 100
+        return share if share > 0 and replace(self, rollout_share=share).rollout_gpus <= n else 0.0
+
+    def weights(self) -> str:
+        """The memory rule's numbers, for a message."""
+        return (f"the learner's base weights (about {_gb(self.learner_gb)} GB) beside the engine's share "
+                f"({self.rollout_share:g} x {_gb(self.gpu_gb)} GB)")
+
+
+def _gb(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
 
 def memory_for(cfg: Any, gpus: list[str] | None = None) -> Memory:
     """The Memory record of this machine and config: the smallest visible GPU (read through the driver) and
@@ -71,6 +110,7 @@ def memory_for(cfg: Any, gpus: list[str] | None = None) -> Memory:
 
 
 LEARNER_ROOM = 0.85  # of a GPU's memory for the base weights; activations and LoRA state need the rest
+COLOCATE_ROOM = 0.9  # of a GPU's memory for the learner's weights and an awake engine's share together
 
 
 @dataclass
@@ -84,9 +124,15 @@ class Plan:
 
     @property
     def mode(self) -> str:
+        """"colocated": an engine and a learner rank share a GPU (the engines sleep while it trains);
+        "split": they have GPUs of their own; "cpu": no GPU."""
         if not self.gpus:
             return "cpu"
-        return "shared" if set(self.rollout) & set(self.learner) else "split"
+        return "colocated" if set(self.rollout) & set(self.learner) else "split"
+
+    @property
+    def engines(self) -> int:
+        return max(1, len(self.rollout) // self.rollout_tp)
 
     def names(self, role: str) -> str:
         """The role's GPUs for a message: logical index and, where it differs, the physical id."""
@@ -96,7 +142,9 @@ class Plan:
         if self.mode == "cpu":
             return "placement: no GPU visible -> CPU mode (hf rollout, Triton interpreter, no timing)"
         parts = [f"{role}=GPU {','.join(map(str, getattr(self, role)))}" for role in ROLES]
-        note = " (rollout engine capped and slept while the learner runs)" if self.mode == "shared" else ""
+        engines = f"{self.engines} engines" if self.engines > 1 else "the engine"
+        note = (f" ({engines} capped and slept while the learner trains on the same GPU(s))"
+                if self.mode == "colocated" else "")
         return f"placement [{self.mode}]: " + "  ".join(parts) + note
 
     def explain(self) -> str:
@@ -118,10 +166,15 @@ def parse_gpus_option(text: str) -> dict[str, list[int]]:
     return out
 
 
+def _gpus(ids: list[int]) -> str:
+    return ",".join(map(str, ids))
+
+
 def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]] | None = None,
-                   memory: Memory | None = None) -> Plan:
-    """The plan for these visible GPUs (default: what `kforge.gpus` sees). An override naming a GPU that is
-    not visible is an error, also on a machine without GPUs (where CPU mode would silently ignore it)."""
+                   memory: Memory | None = None, pipelined: bool = False) -> Plan:
+    """The plan for these visible GPUs (default: what `kforge.gpus` sees); `pipelined`: rollout.max_staleness
+    >= 1. An override naming a GPU that is not visible is an error, also on a machine without GPUs (where CPU
+    mode would silently ignore it)."""
     gpus = visible_ids() if gpus is None else gpus
     n = len(gpus)
     plan = Plan(gpus)
@@ -131,8 +184,7 @@ def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]
     if n == 0:
         return plan
     mem = memory or Memory()
-    why = plan.why
-    tp = mem.rollout_gpus
+    tp = plan.rollout_tp = mem.rollout_gpus
     if tp > n:
         raise PlacementError(
             f"the rollout engine needs {tp} GPUs for about {mem.rollout_gb:.0f} GB of weights "
@@ -142,39 +194,147 @@ def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]
         raise PlacementError(
             f"the learner holds the whole base model on each of its GPUs (about {mem.learner_gb:.0f} GB) and a GPU "
             f"has {mem.gpu_gb:.0f} GB: set model.load_in_4bit=true, pick a smaller model or use larger GPUs")
-    if mem.rollout_gb is None or mem.gpu_gb is None:
-        why.append("model size unknown here: assumed to fit one GPU")
-    plan.rollout = list(range(tp))
-    why.append("rollout: one engine on GPU 0" if tp == 1 else
-               f"rollout: one engine, tensor parallel over GPUs 0-{tp - 1}: about {mem.rollout_gb:.0f} GB of weights "
-               f"do not fit one GPU's share ({mem.rollout_share:g} x {mem.gpu_gb:.0f} GB)")
-    rest = list(range(tp, n))
-    if not rest:  # every GPU serves the engine: the learner shares them while it sleeps
-        plan.learner, plan.eval = list(plan.rollout), list(plan.rollout)
-        why.append("learner and eval share the engine's GPU(s): the engine is capped and slept while the learner "
-                   "trains" + ("" if n > 1 else "; kernels are timed beside the other roles"))
-    elif len(rest) == 1:
-        plan.learner, plan.eval = rest, rest
-        why.append(f"learner on GPU {rest[0]}; eval shares it (the learner is idle while kernels are timed, "
-                   "unless rollout.max_staleness=1 overlaps them)")
+    fits = mem.colocates()
+    if mem.rollout_gb is None or fits is None:
+        plan.why.append("model or GPU size unknown here: assumed the engine fits one GPU and the learner's weights "
+                        "fit beside its share (colocated); --gpus rollout=0 learner=1,... splits them")
+    # The eval pool's own GPU from 3 on, unless one engine needs every GPU.
+    compute = list(range(n)) if n <= 2 or tp > n - 1 else list(range(n - 1))
+    if fits is not False and not pipelined:
+        _colocated(plan, n, compute, mem)
+    elif not _split(plan, n, compute, mem, pipelined):
+        raise _refusal(n, tp, mem, pipelined)
+    if "rollout" in overrides or "learner" in overrides:  # the planned roles' reasons no longer hold
+        del plan.why[int(mem.rollout_gb is None or fits is None):]
+    if "eval" in overrides:
+        plan.why[:] = [line for line in plan.why if not line.startswith("eval ")]
+    _apply_overrides(plan, overrides, n)
+    if plan.mode == "colocated" and (pipelined or fits is False):  # only overrides get here
+        raise _refusal(n, tp, mem, pipelined, forced=True)
+    if overrides and set(plan.eval) & (set(plan.learner) | set(plan.rollout)) and n >= 3:
+        plan.why.append("eval shares a GPU with another role: kernel timings there can be skewed")
+    return plan
+
+
+def _colocated(plan: Plan, n: int, compute: list[int], mem: Memory) -> None:
+    """One engine per `tp` compute GPUs and one learner rank per compute GPU, on the same GPUs."""
+    tp, why = plan.rollout_tp, plan.why
+    plan.rollout = compute[:len(compute) // tp * tp]
+    plan.learner = list(compute)
+    plan.eval = list(compute) if compute == list(range(n)) else [n - 1]
+    fit = f": {mem.weights()} fit {COLOCATE_ROOM:.0%} of a GPU" if mem.colocates() else ""
+    who = ("the engines sleep", "wake") if plan.engines > 1 else ("the engine sleeps", "wakes")
+    why.append(f"colocated{fit}; {who[0]} while the learner trains (level 1: weights to host RAM, KV cache "
+               f"freed) and {who[1]} for the rollouts")
+    why.append(_engines_line(plan, mem))
+    why.append(_learner_line(plan.learner))
+    if plan.eval == [n - 1] and n >= 3:
+        why.append(f"eval on GPU {n - 1} of its own: nothing else runs there while kernels are timed")
+    elif n > 1:
+        why.append("eval shares the GPUs (timed runs beside the engines' decoding are marked contended)"
+                   + ("; every GPU serves the engine" if n >= 3 else ""))
     else:
-        plan.learner, plan.eval = rest[:-1], rest[-1:]
-        ranks = len(plan.learner)
-        why.append(f"learner: {ranks} data-parallel rank(s) on GPU {','.join(map(str, plan.learner))}"
-                   + (" (gradients summed; the update is one rank's on the whole batch)" if ranks > 1 else ""))
-        why.append(f"eval on GPU {rest[-1]} of its own: nothing else runs there while kernels are timed")
-    plan.rollout_tp = tp
+        why.append("eval shares the GPU: kernels are timed beside the other roles")
+
+
+def _split(plan: Plan, n: int, compute: list[int], mem: Memory, pipelined: bool) -> bool:
+    """Engines and learner ranks on GPUs of their own; False when the GPUs cannot hold them apart."""
+    tp, why = plan.rollout_tp, plan.why
+    if len(compute) - tp < 1:
+        if n - tp < 1:
+            return False
+        compute = list(range(n))  # the eval pool gives up its own GPU: the learner needs one
+    m = len(compute)
+    # The larger half to the engines (decoding is most of a step; rounded up to whole engines), one GPU at
+    # least to the learner.
+    engines = max(1, min(-(-((m + 1) // 2) // tp), (m - 1) // tp))
+    plan.rollout, plan.learner = compute[:engines * tp], compute[engines * tp:]
+    plan.eval = [n - 1] if compute != list(range(n)) else plan.learner[-1:]
+    if pipelined:
+        why.append("split: rollout.max_staleness=1 runs the next step's rollouts while the learner trains, so "
+                   "they need GPUs of their own (0 would colocate them)")
+    else:
+        lower = mem.colocating_share(n)
+        why.append(f"split: {mem.weights()} would take over {COLOCATE_ROOM:.0%} of a GPU"
+                   + (f"; rollout.gpu_memory_utilization={lower:g} would colocate them" if lower else ""))
+    line = _engines_line(plan, mem)
+    if m >= 3 and tp == 1:
+        line += ": decoding is most of a multi-turn step, so the engines get the larger half of the GPUs"
+    why.append(line)
+    why.append(_learner_line(plan.learner))
+    if n >= 3 and plan.eval == [n - 1] and n - 1 not in plan.learner:
+        why.append(f"eval on GPU {n - 1} of its own: nothing else runs there while kernels are timed")
+    else:
+        why.append(f"eval shares the learner's GPU {plan.eval[0]} (the learner is idle while kernels are timed, "
+                   "unless rollout.max_staleness=1 overlaps them)")
+    return True
+
+
+def _engines_line(plan: Plan, mem: Memory) -> str:
+    tp, k = plan.rollout_tp, plan.engines
+    if tp == 1:
+        return (f"rollout: {k} data-parallel engines, one per GPU {_gpus(plan.rollout)} (a problem's group stays on "
+                "one engine, for its prefix cache)" if k > 1 else f"rollout: one engine on GPU {plan.rollout[0]}")
+    span = f"GPUs {plan.rollout[0]}-{plan.rollout[-1]}"
+    head = (f"rollout: one engine, tensor parallel over {span}" if k == 1 else
+            f"rollout: {k} data-parallel engines, each tensor parallel over {tp} GPUs ({span})")
+    return (f"{head}: about {_gb(mem.rollout_gb)} GB of weights do not fit one GPU's share ({mem.rollout_share:g} x "
+            f"{_gb(mem.gpu_gb)} GB)")
+
+
+def _learner_line(learner: list[int]) -> str:
+    if len(learner) == 1:
+        return f"learner on GPU {learner[0]}"
+    return (f"learner: {len(learner)} data-parallel ranks on GPU {_gpus(learner)} (gradients summed; the update is "
+            "one rank's on the whole batch)")
+
+
+def _refusal(n: int, tp: int, mem: Memory, pipelined: bool, forced: bool = False) -> PlacementError:
+    """Why no plan of these GPUs holds the run, in one line with what to do."""
+    where = "--gpus / placement.* put the engine and the learner on the same GPU" if forced else (
+        f"{n} GPU(s) cannot hold them apart" + (f" (the engine needs {tp})" if tp > 1 else ""))
+    if pipelined:
+        return PlacementError(f"rollout.max_staleness=1 runs the next step's rollouts while the learner trains, "
+                              f"which needs them on different GPUs, and {where}: set rollout.max_staleness=0"
+                              + ("" if forced else " or use more GPUs"))
+    lower = mem.colocating_share(n)
+    alone = 0.9  # split, an engine has its GPU to itself
+    fixes = ([f"rollout.gpu_memory_utilization={lower:g} (colocated)"] if lower else []) + (
+        [f"rollout.gpu_memory_utilization={alone:g} (split: an engine on one GPU)"]
+        if n >= 2 and tp > 1 and (mem.rollout_gb or 0) <= alone * 0.8 * (mem.gpu_gb or 0) else []) + [
+        "model.load_in_4bit=true"]
+    return PlacementError(f"{mem.weights()} take over {COLOCATE_ROOM:.0%} of a GPU, and {where}: set "
+                          f"{' or '.join(fixes)}, pick a smaller model or use more GPUs")
+
+
+def _apply_overrides(plan: Plan, overrides: dict[str, list[int]], n: int) -> None:
+    """`--gpus` / placement.* win. Naming one of the engine and the learner gives the other the compute
+    GPUs the named one leaves, or the same GPUs (colocated) when none is left."""
+    tp, why = plan.rollout_tp, plan.why
     for role, ids in overrides.items():
         setattr(plan, role, list(ids))
-        why.append(f"{role} on GPU {','.join(map(str, ids))}: set by --gpus or placement.{role}")
-    if "rollout" in overrides:
-        if len(plan.rollout) % tp:
-            raise PlacementError(
-                f"rollout GPUs {','.join(map(str, plan.rollout))}: each engine needs {tp} GPUs (tensor parallel: the "
-                f"weights do not fit one), so give a multiple of {tp}")
-        if len(plan.rollout) > tp:
-            why.append(f"rollout: {len(plan.rollout) // tp} data-parallel engines, {tp} GPU(s) each; a problem's "
-                       "group stays on one engine (its prefix cache)")
-    if overrides and set(plan.eval) & (set(plan.learner) | set(plan.rollout)) and n >= 3:
-        why.append("eval shares a GPU with another role: kernel timings there can be skewed")
-    return plan
+        why.append(f"{role} on GPU {_gpus(ids)}: set by --gpus or placement.{role}")
+    if "rollout" in overrides and len(plan.rollout) % tp:
+        raise PlacementError(
+            f"rollout GPUs {_gpus(plan.rollout)}: each engine needs {tp} GPUs (tensor parallel: the weights do not "
+            f"fit one), so give a multiple of {tp}")
+    named = [role for role in ("rollout", "learner") if role in overrides]
+    if len(named) == 1:
+        other = "learner" if named == ["rollout"] else "rollout"
+        compute = [i for i in range(n) if n <= 2 or i not in plan.eval] or list(range(n))
+        left = [i for i in compute if i not in overrides[named[0]]]
+        if other == "rollout":
+            left = left[:len(left) // tp * tp]
+        given = left or list(overrides[named[0]])
+        if other == "rollout" and len(given) % tp:
+            given = plan.rollout  # fewer GPUs than one engine needs: the planned ones
+        setattr(plan, other, given)
+        why.append(f"{other} on GPU {_gpus(given)}: " + ("the compute GPUs the " + named[0] + " leaves" if left
+                                                         else "the same GPUs as the " + named[0]))
+    if "rollout" in overrides and plan.engines > 1:
+        why.append(f"rollout: {plan.engines} data-parallel engines, {tp} GPU(s) each; a problem's group stays on "
+                   "one engine (its prefix cache)")
+    if named and plan.mode == "colocated":
+        why.append("colocated: the engines sleep while the learner trains on the GPUs they share")
+    if named and "eval" not in overrides:
+        why.append(f"eval on GPU {_gpus(plan.eval)} (planned)")

@@ -116,7 +116,7 @@ class Trainer:
 
     @property
     def pipelined(self) -> bool:
-        # One GPU: the engine sleeps while the learner trains, so only a split placement can overlap them.
+        # Colocated, the engines sleep while the learner trains: only a split placement can overlap them.
         return self.cfg.rollout.max_staleness >= 1 and self.plan.mode == "split"
 
     # -- the loop -------------------------------------------------------------------------------------
@@ -278,8 +278,11 @@ class Trainer:
         if not samples:
             log.warning("step %d: no sample with a non-zero advantage; optimiser step skipped", self.step + 1)
             return {"learner/skipped": 1.0}
-        shared = self.plan.mode == "shared" and self.parts.backend is not None
-        if shared:
+        # Colocated: every engine replica sleeps (weights to host RAM, KV cache freed), so the learner rank
+        # on its GPU has the memory for its activations; they wake for the next rollouts.
+        colocated = (self.plan.mode == "colocated" and self.cfg.rollout.sleep_between_phases
+                     and self.parts.backend is not None)
+        if colocated:
             self.parts.backend.sleep()
         version = self.parts.learner.version
         self._learning = True  # stays set when train_step raises: the learner's state is then unknown
@@ -290,7 +293,7 @@ class Trainer:
         finally:
             times.learn_s = time.time() - t0
         self._learning = False
-        if shared:
+        if colocated:
             self.parts.backend.wake()
         staleness = [version - s.policy_version for s in samples]  # versions behind the weights it trained
         out = {k if "/" in k else f"learner/{k}": v for k, v in metrics.items()}

@@ -1,6 +1,7 @@
 """Can kforge write where it is told to? Asked before any work, so that a read-only folder, a file where a
 folder should be or a full disk is one line naming the folder, not a traceback after a model loaded; and
-what a write that fails later (the disk filled up during a run) says instead of a traceback."""
+what a write that fails later (the disk filled up during a run) says instead of a traceback; and the one
+whole-file writer that a crash cannot leave half-written (here, below every package that writes a file)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,22 @@ def check_writable(folder: str | Path, what: str) -> None:
     if refused is not None:
         raise UnwritableFolder(f"{what} {folder}: cannot write in {probe} ({refused.strerror or refused}); "
                                "free space there or choose a writable folder")
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temp file in the same folder and rename it over `path`: a reader, or a crash (even kill -9),
+    sees the old file or the new one, never half of either."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the old file, and no temp beside it
+        raise
 
 
 def write_probe(folder: Path) -> OSError | None:

@@ -8,11 +8,11 @@ what was dropped and why, and the leak guard (the problems it protects and whose
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from kforge.rag.errors import RagError
+from kforge.space import atomic_write_text
 
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
@@ -20,9 +20,7 @@ FORMAT_VERSION = 1
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Replace the manifest atomically: a reader sees the old one or the new one, never half of either."""
-    tmp = folder / f"{MANIFEST_FILE}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / MANIFEST_FILE)
+    atomic_write_text(folder / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -18,7 +18,12 @@ PROBE_BYTES = 4096  # one block: on a full disk the write itself fails, not only
 
 
 class UnwritableFolder(UserError):
-    """The folder cannot take kforge's files; the message is one line for the user."""
+    """The folder cannot take kforge's files; the message is one line for the user, `why` its reason alone
+    (for a caller that words the rest itself, as the pre-flight's row does)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 def check_writable(folder: str | Path, what: str) -> None:
@@ -28,11 +33,12 @@ def check_writable(folder: str | Path, what: str) -> None:
     while not os.path.lexists(probe) and probe.parent != probe:
         probe = probe.parent
     if not probe.is_dir():
-        raise UnwritableFolder(f"{what} {folder}: {probe} is a file, not a folder; choose another folder")
+        why = f"{probe} is a file, not a folder"
+        raise UnwritableFolder(f"{what} {folder}: {why}; choose another folder", why)
     refused = write_probe(probe)
     if refused is not None:
-        raise UnwritableFolder(f"{what} {folder}: cannot write in {probe} ({refused.strerror or refused}); "
-                               "free space there or choose a writable folder")
+        why = f"cannot write in {probe} ({refused.strerror or refused})"
+        raise UnwritableFolder(f"{what} {folder}: {why}; free space there or choose a writable folder", why)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

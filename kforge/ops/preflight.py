@@ -19,6 +19,7 @@ from kforge.gpus import Gpu, query_gpus, visible_records
 from kforge.ops.doctor_base import CheckResult, gpu_only, gpu_reasons
 from kforge.ops.doctor_data import check_disk, check_model, check_rag
 from kforge.policy.prompts import PROMPT_OPTIONS
+from kforge.space import UnwritableFolder, check_writable
 
 
 def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
@@ -38,25 +39,19 @@ def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
 
 
 def check_folders(runs_dir: Path) -> list[CheckResult]:
-    """The run folders' parent and kforge's cache (reference outputs, converted models) can be made and written."""
+    """The run folders' parent and kforge's cache (reference outputs, converted models) can be made and written:
+    asked as the run folder's own writes ask it (a block written, the OS's reason kept)."""
     rows = []
     for what, folder, fix in (("log.runs_dir", runs_dir, "pass --runs-dir / log.runs_dir=DIR naming a writable folder"),
                               ("kforge cache", cache_root(), "set KFORGE_CACHE_DIR to a writable folder")):
-        problem = _unwritable(folder)
-        rows.append(CheckResult(f"folder {what}", "fail" if problem else "pass",
-                                f"{folder}: {problem}" if problem else f"{folder} can be written", fix if problem else ""))
+        folder = Path(folder).expanduser()
+        try:
+            check_writable(folder, what)
+        except UnwritableFolder as exc:
+            rows.append(CheckResult(f"folder {what}", "fail", f"{folder}: {exc.why}", fix))
+        else:
+            rows.append(CheckResult(f"folder {what}", "pass", f"{folder} can be written"))
     return rows
-
-
-def _unwritable(folder: Path) -> str | None:
-    path = Path(folder).expanduser().absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    if not path.is_dir():
-        return f"{path} is a file, not a folder"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return f"{path} is not writable"
-    return None
 
 
 # ----------------------------------------------------------------------------------------------- GPUs

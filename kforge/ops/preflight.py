@@ -18,7 +18,6 @@ from kforge.config.schema import KforgeConfig
 from kforge.gpus import Gpu, query_gpus, visible_records
 from kforge.ops.doctor_base import CheckResult, gpu_only, gpu_reasons
 from kforge.ops.doctor_data import check_disk, check_model, check_rag
-from kforge.policy.prompts import PROMPT_OPTIONS
 from kforge.space import UnwritableFolder, check_writable
 
 
@@ -31,7 +30,7 @@ def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
         found, source = query_gpus()
         gpus = (visible_records(found) if found is not None else None, source)
     rows = check_folders(runs_dir) + check_disk(runs_dir) + check_gpus(cfg, *gpus) + check_wandb(cfg)
-    rows += check_rag_leak(cfg) + check_rag(cfg)  # the leak first: an index that leaks is refused whatever else
+    rows += check_rag(cfg)  # its leak guard first: an index that leaks is refused whatever else
     return rows + check_model(cfg)
 
 
@@ -134,31 +133,3 @@ def _wandb_credentials() -> str | None:
         except (OSError, netrc.NetrcParseError):
             continue
     return None
-
-
-# ----------------------------------------------------------------------------------------------- RAG
-
-
-def check_rag_leak(cfg: KforgeConfig) -> list[CheckResult]:
-    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
-    the very problems the run is measured on to the prompts."""
-    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
-
-    from kforge.rag.manifest import leak_guard
-
-    ds = cfg.dataset
-    guard = leak_guard(Path(ds.rag_index_path)) if PROMPT_OPTIONS[ds.prompt_option].retrieves and ds.rag_index_path else None
-    if guard is None:
-        return []  # no index (check_rag says so), or one from before the leak guard recorded anything
-    try:
-        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
-    except (ValueError, OSError, ProblemSourceError):
-        return []
-    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
-    if not missing:
-        return [CheckResult("rag leak guard", "pass", f"the index leaves out all {len(held_out)} held-out problems")]
-    return [CheckResult("rag leak guard", "fail",
-                        f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
-                        f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])})",
-                        f"rebuild it for this config: kforge rag build --preset {cfg.preset or 'default'} "
-                        f"--out {ds.rag_index_path}")]

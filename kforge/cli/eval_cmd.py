@@ -111,18 +111,18 @@ def evaluate(
         for p in plan.selected:
             _say(f"{p.key} {p.name}" + (" (training problem)" if p.key in plan.trained else ""))
         return
-    _run(plan, resume)
+    _run(plan)
 
 
-def _run(plan, resume: bool) -> None:
+def _run(plan) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kforge.eval.meta import split_summaries
     from kforge.space import write_failure
 
     run = plan.make_run()
-    if resume and plan.out.exists():
-        kept = run.load_previous()
+    if plan.previous is not None:  # --resume into an existing file
+        kept = run.keep_previous(plan.previous)
         console.print(f"resuming: {kept} finished samples kept from {plan.out}")
     _say(f"results: {plan.out}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

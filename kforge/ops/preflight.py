@@ -102,17 +102,18 @@ def check_wandb(cfg: KforgeConfig) -> list[CheckResult]:
     mode = os.environ.get("WANDB_MODE", "").lower()
     if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_DISABLED", "").lower() in ("1", "true"):
         return [CheckResult("wandb", "pass", f"project {project}, WANDB_MODE={mode or 'disabled'}: no login needed")]
-    where = _wandb_credentials()
+    # The W&B server whose ~/.netrc entry holds the key: W&B's own default unless WANDB_BASE_URL names another.
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or ""
+    where = _wandb_credentials(host)
     if where:
         return [CheckResult("wandb", "pass", f"project {project}, credentials from {where}")]
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
     return [CheckResult("wandb", "fail", f"log.wandb_project={project} but no W&B credentials (no WANDB_API_KEY, "
                         f"no {host} entry in ~/.netrc, no api_key in W&B's settings)",
                         "run `wandb login` (or set WANDB_API_KEY); WANDB_MODE=offline logs locally; "
                         "or unset log.wandb_project")]
 
 
-def _wandb_credentials() -> str | None:
+def _wandb_credentials(host: str) -> str | None:
     if os.environ.get("WANDB_API_KEY"):
         return "WANDB_API_KEY"
     token = os.environ.get("WANDB_IDENTITY_TOKEN_FILE")
@@ -125,10 +126,9 @@ def _wandb_credentials() -> str | None:
                 return str(settings)
         except (OSError, UnicodeDecodeError):
             continue
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
     for path in filter(None, (os.environ.get("NETRC"), Path.home() / ".netrc", Path.home() / "_netrc")):
         try:
-            if netrc.netrc(str(path)).authenticators(host or ""):
+            if netrc.netrc(str(path)).authenticators(host):
                 return str(path)
         except (OSError, netrc.NetrcParseError):
             continue

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, PresetOpt
 from kforge.eval.report import is_speed_key, speed_measured, summary_keys
-from kforge.ui.console import console, fail, setup_logging
+from kforge.ui.console import console, fail, progress_bar, setup_logging
 
 
 def _fmt(v) -> str:
@@ -115,8 +115,6 @@ def evaluate(
 
 
 def _run(plan) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from kforge.eval.meta import split_summaries
     from kforge.space import write_failure
 
@@ -125,8 +123,7 @@ def _run(plan) -> None:
         kept = run.keep_previous(plan.previous)
         console.print(f"resuming: {kept} finished samples kept from {plan.out}")
     _say(f"results: {plan.out}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("evaluate", total=None)
         beat = _Heartbeat(enabled=not console.is_terminal)
 

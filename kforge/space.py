@@ -1,6 +1,7 @@
 """Can kforge write where it is told to? Asked before any work, so that a read-only folder, a file where a
 folder should be or a full disk is one line naming the folder, not a traceback after a model loaded; and
-what a write that fails later (the disk filled up during a run) says instead of a traceback."""
+what a write that fails later (the disk filled up during a run) says instead of a traceback; and the one
+whole-file writer that a crash cannot leave half-written (here, below every package that writes a file)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ PROBE_BYTES = 4096  # one block: on a full disk the write itself fails, not only
 
 
 class UnwritableFolder(UserError):
-    """The folder cannot take kforge's files; the message is one line for the user."""
+    """The folder cannot take kforge's files; the message is one line for the user, `why` its reason alone
+    (for a caller that words the rest itself, as the pre-flight's row does)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 def check_writable(folder: str | Path, what: str) -> None:
@@ -27,11 +33,28 @@ def check_writable(folder: str | Path, what: str) -> None:
     while not os.path.lexists(probe) and probe.parent != probe:
         probe = probe.parent
     if not probe.is_dir():
-        raise UnwritableFolder(f"{what} {folder}: {probe} is a file, not a folder; choose another folder")
+        why = f"{probe} is a file, not a folder"
+        raise UnwritableFolder(f"{what} {folder}: {why}; choose another folder", why)
     refused = write_probe(probe)
     if refused is not None:
-        raise UnwritableFolder(f"{what} {folder}: cannot write in {probe} ({refused.strerror or refused}); "
-                               "free space there or choose a writable folder")
+        why = f"cannot write in {probe} ({refused.strerror or refused})"
+        raise UnwritableFolder(f"{what} {folder}: {why}; free space there or choose a writable folder", why)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temp file in the same folder and rename it over `path`: a reader, or a crash (even kill -9),
+    sees the old file or the new one, never half of either."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the old file, and no temp beside it
+        raise
 
 
 def write_probe(folder: Path) -> OSError | None:

@@ -212,3 +212,17 @@ def test_discounted_future_sum_ignores_non_finite_masked_values():
     values = torch.tensor([[1.0, 2.0, float("inf")]])
     out = discounted_future_sum(values, torch.tensor([[True, True, False]]), 0.5)
     assert out.tolist() == [[1.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("estimator", ["k2", "k3"])
+def test_the_logged_kl_is_k3_whatever_the_loss_estimator(estimator):
+    from kforge.learner.losses import regularised_token_loss
+
+    torch.manual_seed(0)
+    logp = (torch.randn(2, 5) - 2.0).requires_grad_()
+    ref = torch.randn(2, 5) - 2.0
+    mask = torch.ones(2, 5)
+    _, kl = regularised_token_loss("grpo", logp, logp.detach(), logp.detach(), torch.ones(2, 1), mask, ref,
+                                   kl_coef=0.1, kl_estimator=estimator, kl_discount=0.0, clip_low=0.2,
+                                   clip_high=0.2, is_clip=2.0)
+    assert not kl.requires_grad and torch.equal(kl, kl_estimate(logp.detach(), ref, "k3"))

@@ -219,7 +219,7 @@ def test_train_refuses_an_index_that_leaks_its_held_out_problems(tmp_path, clean
 
 def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(tmp_path, clean_env):
     pytest.importorskip("faiss")
-    from kforge.ops.preflight import check_rag_leak
+    from kforge.ops.doctor_data import check_rag
     from kforge.problems import problems_from_config, split_problems
 
     out = tmp_path / "idx"
@@ -232,10 +232,10 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
     assert guard["held_out_of"] == {"preset": "tiny", "source": "builtin", "split": "test"}
     assert sorted(guard["protected"]) == sorted(p.key for p in held_out)
     ok = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}"]).config
-    assert [r.status for r in check_rag_leak(ok)] == ["pass"]  # the run it was built for: accepted
+    assert [r.status for r in check_rag(ok) if r.check == "rag leak guard"] == ["pass"]  # the run it was built for: accepted
     other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
                                        "dataset.test_fraction=0.5"]).config
-    assert [r.status for r in check_rag_leak(other)] == ["fail"]  # more held-out problems than the index leaves out
+    assert [r.status for r in check_rag(other) if r.check == "rag leak guard"] == ["fail"]  # more held-out problems than the index leaves out
 
 
 def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the_app(tmp_path, capsys):

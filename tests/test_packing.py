@@ -151,11 +151,13 @@ def test_varlen_leaves_padded_rows_and_generation_to_sdpa():
             ref.generate(prompt, max_new_tokens=5, do_sample=False).tolist()
 
 
-def test_spans_from_position_ids_when_no_lengths_are_passed():
+def test_spans_are_the_lengths_a_packed_row_carries():
+    batch = collate_packed(samples(), [0, 1, 2], 0, torch.device("cpu"))
+    cu, longest = varlen.spans(batch.model_inputs(), 1, torch.device("cpu"))
+    assert cu.tolist() == batch.segments["cu_seq_lens_q"].tolist() and longest == batch.segments["max_length_q"]
+    # Without them a row is one sequence, whatever its position_ids (transformers' own mask reads those).
     pos = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]])
-    cu, longest = varlen.spans({"position_ids": pos}, 1, 9, torch.device("cpu"))
-    assert cu.tolist() == [0, 3, 5, 9] and longest == 4
-    assert varlen.spans({"position_ids": torch.arange(9).unsqueeze(0)}, 1, 9, torch.device("cpu")) is None
+    assert varlen.spans({"position_ids": pos}, 1, torch.device("cpu")) is None
 
 
 def _stand_in(signature: str):

@@ -346,17 +346,19 @@ def test_embedder_mismatch_and_broken_indexes_are_refused(jsonl_index, tmp_path)
 
 
 def test_the_manifest_module_writes_and_reads_the_manifest(tmp_path):
-    from kforge.rag.manifest import FORMAT_VERSION, embedder_of, leak_guard, read_manifest, write_manifest
+    from kforge.rag.manifest import FORMAT_VERSION, embedder_of, leak_guard, read_manifest, read_raw, write_manifest
 
     guard = {"enabled": True, "protected": ["1/1"], "held_out_of": {"preset": "tiny"}}
     write_manifest(tmp_path, {"format_version": FORMAT_VERSION, "embedder": {"name": "e", "dim": 8},
                               "leak_guard": guard})
-    assert embedder_of(read_manifest(tmp_path)) == ("e", 8) and leak_guard(tmp_path) == guard
+    assert embedder_of(read_manifest(tmp_path)) == ("e", 8) and leak_guard(read_raw(tmp_path)) == guard
     assert [p.name for p in tmp_path.iterdir()] == [MANIFEST_FILE]  # no temp file left beside it
     write_manifest(tmp_path, {"format_version": FORMAT_VERSION, "embedder": {"name": "e"}})
     with pytest.raises(RagError, match="rebuild it"):
         read_manifest(tmp_path)  # no dimension: not an index this kforge can use
-    assert leak_guard(tmp_path) is None and leak_guard(tmp_path / "nowhere") is None
+    assert leak_guard(read_raw(tmp_path)) is None
+    with pytest.raises(RagError, match="folder does not exist"):
+        read_raw(tmp_path / "nowhere")
 
 
 # ---------------------------------------------------------------------------------------------- CLI

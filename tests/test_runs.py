@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 
-from kforge.runs.folder import RunFolder, atomic_write_text, find_run, list_runs, read_jsonl
+from kforge.runs.folder import RunFolder, find_run, list_runs, read_jsonl
+from kforge.space import atomic_write_text
 
 
 def _finished_run(root, name="a"):

@@ -53,12 +53,23 @@ def test_train_refuses_a_read_only_or_file_runs_dir_before_any_work(tmp_path, tm
     t0 = time.monotonic()
     line = _one_line(_kforge("train", "--preset", "tiny", "--runs-dir", read_only, "--name", "r", "--plain"))
     # The pre-flight's writable-folder row says it before any work.
-    assert str(read_only) in line and "not writable" in line
+    assert str(read_only) in line and "Read-only file system" in line
     assert time.monotonic() - t0 < 60  # refused at once, not after loading problems and a model
     a_file = tmp_path / "runs-file"
     a_file.write_text("mine")
     line = _one_line(_kforge("train", "--preset", "tiny", "--runs-dir", a_file, "--name", "r", "--plain"))
     assert f"{a_file} is a file, not a folder" in line and a_file.read_text() == "mine"
+
+
+def test_a_read_only_runs_folder_fails_one_pre_flight_row_with_the_systems_reason(tmpfs):
+    from kforge.ops.doctor_data import check_disk
+    from kforge.ops.preflight import check_folders
+
+    read_only = tmpfs("ro", size="100g", read_only=True)  # room enough: only the rights can fail
+    rows = check_folders(read_only / "runs") + check_disk(read_only / "runs")
+    failed = [r for r in rows if r.status == "fail"]
+    assert [r.check for r in failed] == ["folder log.runs_dir"], rows
+    assert failed[0].detail == f"{read_only / 'runs'}: cannot write in {read_only} (Read-only file system)"
 
 
 def test_resume_refuses_a_run_folder_that_became_read_only(tmpfs):

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, PresetOpt
 from kforge.eval.report import is_speed_key, speed_measured, summary_keys
-from kforge.ui.console import console, fail, setup_logging
+from kforge.ui.console import console, fail, progress_bar, setup_logging
 
 
 def _fmt(v) -> str:
@@ -111,22 +111,19 @@ def evaluate(
         for p in plan.selected:
             _say(f"{p.key} {p.name}" + (" (training problem)" if p.key in plan.trained else ""))
         return
-    _run(plan, resume)
+    _run(plan)
 
 
-def _run(plan, resume: bool) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+def _run(plan) -> None:
     from kforge.eval.meta import split_summaries
     from kforge.space import write_failure
 
     run = plan.make_run()
-    if resume and plan.out.exists():
-        kept = run.load_previous()
+    if plan.previous is not None:  # --resume into an existing file
+        kept = run.keep_previous(plan.previous)
         console.print(f"resuming: {kept} finished samples kept from {plan.out}")
     _say(f"results: {plan.out}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("evaluate", total=None)
         beat = _Heartbeat(enabled=not console.is_terminal)
 

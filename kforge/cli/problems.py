@@ -15,7 +15,7 @@ from rich.table import Table
 from kforge.cli.common import OverridesArg, load_config
 from kforge.problems import ProblemSourceError, find_problem, load_problems
 from kforge.problems.record import Problem
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, progress_bar
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -167,8 +167,6 @@ def baseline(
     overrides: Optional[list[str]] = OverridesArg,
 ) -> None:
     """Time every problem's reference on this GPU and write a KernelBench-format baseline JSON."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from kforge.evaluator import EvalPool
     from kforge.gpus import check_indices, visible_ids
     from kforge.ops.baseline import default_path, time_references
@@ -191,9 +189,7 @@ def baseline(
     for _, why in blocked:
         console.print(escape(f"skipped: {why}"), highlight=False, soft_wrap=True)
 
-    with EvalPool(cfg.evaluator, devices=[gpu]) as pool, \
-            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                     console=console, disable=not console.is_terminal) as progress:
+    with EvalPool(cfg.evaluator, devices=[gpu]) as pool, progress_bar() as progress:
         path = out or default_path(pool.gpu_names[0], mode)
         doc = baseline_file.load(path)  # a file that is not a baseline is refused before any timing
         progress.console.print(escape(f"timing {len(runnable)} references ({mode}) on {pool.gpu_names[0]} -> {path}"),

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.kernel_backends import KERNEL_BACKENDS, names
-from kforge.ui.console import console, fail, rule
+from kforge.ui.console import console, fail, progress_bar, rule
 
 if TYPE_CHECKING:
     from kforge.problems.record import Problem
@@ -148,24 +148,7 @@ def _run_build(run: "BuildRun") -> "BuildReport":
 
         return run(plain_progress, stage)
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(remaining=True, transient=True) as progress:
         task = progress.add_task("embedding", total=None, visible=False)
 
         def on_progress(done: int, total: int) -> None:

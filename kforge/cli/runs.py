@@ -27,16 +27,14 @@ def _fmt_time(ts: float | None, seconds: bool = False) -> str:
 def _config_origin(run) -> dict:
     """Where the run's config came from: its preset, and each key that a --config file, the environment or
     an override set to something else (read back from the run's config.yaml)."""
-    import yaml
-
     from kforge.config.loader import changes_from_preset
-    from kforge.config.schema import KforgeConfig
+    from kforge.runs.locate import LocateError, load_run_config
 
     out: dict = {"path": str(run.config_path), "preset": None, "changed": None}
     try:
-        cfg = KforgeConfig.model_validate(yaml.safe_load(run.config_path.read_text()))
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        out["error"] = f"unreadable: {str(exc).splitlines()[0]}"
+        cfg = load_run_config(run)
+    except LocateError as exc:  # names the file and why it cannot be read
+        out["error"] = str(exc)
         return out
     out["preset"] = cfg.preset
     changed = changes_from_preset(cfg)
@@ -48,7 +46,7 @@ def _config_origin(run) -> dict:
 
 def _origin_text(origin: dict) -> str:
     if origin.get("error"):
-        return f"{origin['path']}: {origin['error']}"
+        return origin["error"]
     preset = origin["preset"] or "none"
     if origin["changed"] is None:
         return f"{origin['path']} (preset {preset}, not found here: changes unknown)"

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
-from kforge.ui.console import console, fail
+from kforge.ui.console import console, fail, progress_bar
 
 
 def sft(
@@ -30,8 +30,6 @@ def sft(
 ) -> None:
     """Supervised LoRA warm start on (problem, solution) pairs, prompted as `kforge train` prompts; writes an
     adapter folder for `kforge train ... model.checkpoint=DIR` and `kforge eval DIR`."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from kforge.learner.lora import LearnerError
     from kforge.train import sft as warm
 
@@ -54,8 +52,7 @@ def sft(
     console.print(f"{len(train_pairs)} training pairs, {len(heldout_pairs)} held out; {epochs} epochs of batches of "
                   f"{batch_size}, learning rate {run_cfg.learner.learning_rate:g}, LoRA rank {cfg.lora.rank}",
                   highlight=False, soft_wrap=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not console.is_terminal) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("sft", total=None)
 
         def on_progress(stage: str, done: int, total: int) -> None:

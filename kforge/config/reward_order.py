@@ -91,11 +91,11 @@ def order_margin(cfg: Any, thinking: bool) -> float:
     The order holds per turn score, not per discounted return: a multi-turn return adds later turns' scores.
     """
     worst_correct = best_incorrect = 0.0
-    for c in REWARD_COMPONENTS.values():
-        weight = getattr(cfg, c.weight)
-        worst_correct += _span(weight, *c.correct(cfg, thinking))[0]
-        best_incorrect += _span(weight, *c.incorrect(cfg, thinking))[1]
-    return worst_correct - max(best_incorrect, cfg.flagged_penalty)
+    weight = weights(cfg)
+    for name, c in REWARD_COMPONENTS.items():
+        worst_correct += _span(weight[name], *c.correct(cfg, thinking))[0]
+        best_incorrect += _span(weight[name], *c.incorrect(cfg, thinking))[1]
+    return worst_correct - max(best_incorrect, weight["penalty"])
 
 
 def order_problem(cfg: Any, thinking: bool) -> str | None:

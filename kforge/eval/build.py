@@ -58,6 +58,7 @@ class EvalPlan:
     meta: dict[str, Any]
     samples: int
     skipped: list[str] = field(default_factory=list)  # a run's newer checkpoints that cannot be used
+    previous: dict[str, Any] | None = None  # --resume: the results file as checked, its finished samples kept
 
     def make_run(self) -> Any:
         from kforge.eval.runner import EvalRun
@@ -137,14 +138,16 @@ def build_eval(req: EvalRequest) -> EvalPlan:
         from kforge.space import check_writable
 
         check_writable(out.parent, f"results file {out}: its folder")
+    previous = None
     if out.exists() and not req.dry_run:
         if not req.resume:
             raise EvalSetupError(f"{out} exists; pass --resume to continue it or --out to write elsewhere")
-        check_resumable(out, selection)
+        previous = check_resumable(out, selection)
     from kforge.eval.meta import describe
 
     meta = {**describe(cfg, split, selected, trained, devices, blocked), "selection": selection}
-    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples, skipped)
+    return EvalPlan(cfg, target, split, selected, trained, blocked, given, devices, out, meta, req.samples, skipped,
+                    previous)
 
 
 def _require_run_config(spec: str, runs_dir: str, step: int | None) -> list[str]:
@@ -190,8 +193,9 @@ def generation_settings(cfg: KforgeConfig, samples: int) -> dict[str, Any]:
             "top_k": ro.top_k, "max_tokens": ro.max_tokens}
 
 
-def check_resumable(out: Path, selection: dict[str, Any]) -> None:
-    """--resume only into a file made by the same target, split, problem selection and generation settings."""
+def check_resumable(out: Path, selection: dict[str, Any]) -> dict[str, Any]:
+    """--resume only into a file made by the same target, split, problem selection and generation settings;
+    the file as read (its samples are kept from this one read)."""
     from kforge.eval.results import ResultsFileError, read_results
 
     try:
@@ -224,6 +228,7 @@ def check_resumable(out: Path, selection: dict[str, Any]) -> None:
         diff = sorted(had - now)[:3] or sorted(now - had)[:3]
         raise EvalSetupError(f"cannot resume {out}: it holds another problem selection ({len(had)} problems, this "
                              f"eval {len(now)}; e.g. {', '.join(diff)} differs); pick another --out")
+    return doc
 
 
 def apply_split(selected: list, split: str, split_dataset: Any, is_run: bool) -> tuple[list, set[str]]:

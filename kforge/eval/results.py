@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kforge.errors import UserError
-from kforge.runs.folder import atomic_write_text
+from kforge.space import atomic_write_text
 
 
 class ResultsFileError(UserError):

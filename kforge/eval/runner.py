@@ -21,7 +21,7 @@ from typing import Any, Callable
 from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
 from kforge.eval.report import SampleOutcome, summarize
-from kforge.eval.results import ResultsFileError, read_results, write_results
+from kforge.eval.results import write_results
 from kforge.evaluator.verdict import Verdict
 from kforge.problems.record import Problem
 
@@ -139,14 +139,8 @@ class EvalRun:
     meta: dict[str, Any] = field(default_factory=dict)  # what the numbers mean, kept in every write
     results: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
-    def load_previous(self) -> int:
-        """--resume: keep finished samples from an earlier results file."""
-        if not self.out_path.exists():
-            return 0
-        try:
-            data = read_results(self.out_path)
-        except ResultsFileError as exc:
-            raise EvalTargetError(f"{exc}; move it away or pick --out") from None
+    def keep_previous(self, data: dict[str, Any]) -> int:
+        """--resume: keep the finished samples of the earlier results file (read and checked by the plan)."""
         for rec in data.get("samples", []):
             self.results[(rec["problem_key"], rec["sample"])] = rec
         return len(self.results)

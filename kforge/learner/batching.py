@@ -62,7 +62,8 @@ class MicroBatch:
         return dict(
             input_ids=self.input_ids,
             # Without padding, no mask: attention can then take the plain causal (flash) path, or, for a
-            # packed row, learn each sample's span from position_ids restarting at 0 (or ``segments``).
+            # packed row, take each sample's span from ``segments`` (kforge_varlen) or from position_ids
+            # restarting at 0 (transformers' own sdpa mask).
             attention_mask=self.attention_mask if self.padded else None,
             position_ids=self.position_ids,
             use_cache=False,

@@ -190,10 +190,17 @@ KL_LOSSES = ("k2", "k3")
 def kl_loss(logp: Tensor, ref: Tensor, estimator: str, weight: Tensor) -> Tensor:
     """Per-token KL penalty to add to the policy loss, weighted like the policy term by the (detached)
     importance weight ``weight``: the tokens were drawn by the rollout engine, not by the policy."""
+    return _weighted(_loss_estimate(logp, ref, estimator), weight)
+
+
+def _loss_estimate(logp: Tensor, ref: Tensor, estimator: str) -> Tensor:
     if estimator not in KL_LOSSES:
         raise ValueError(f"learner.kl_estimator {estimator!r} cannot be a loss: k1's expected gradient is 0 "
                          "(it regularises nothing); use k2 (exact with learner.kl_discount=1) or k3")
-    value = kl_estimate(logp, ref, estimator)
+    return kl_estimate(logp, ref, estimator)
+
+
+def _weighted(value: Tensor, weight: Tensor) -> Tensor:
     return torch.where(weight > 0, weight.detach() * value, torch.zeros_like(value))
 
 
@@ -221,8 +228,10 @@ def regularised_token_loss(
         advantages = advantages - kl_coef * discounted_future_sum(kl_log_ratio(logp, ref), mask, kl_discount)
     tl = token_loss(loss_fn, logp, old, rollout, advantages, clip_low=clip_low, clip_high=clip_high, is_clip=is_clip)
     if ref is not None and kl_coef > 0:
-        tl.loss = tl.loss + kl_coef * kl_loss(logp, ref, kl_estimator, tl.is_weight)
-        kl = kl_estimate(logp.detach(), ref, "k3")
+        value = _loss_estimate(logp, ref, kl_estimator)
+        tl.loss = tl.loss + kl_coef * _weighted(value, tl.is_weight)
+        # k3 as the loss's estimator is already the logged value (the same numbers): not computed again.
+        kl = value.detach() if kl_estimator == "k3" else kl_estimate(logp.detach(), ref, "k3")
     return tl, kl
 
 

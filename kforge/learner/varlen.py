@@ -13,7 +13,7 @@ runs causal attention per sample span:
 
 The spans come from the ``cu_seq_lens_q``/``max_length_q`` keyword arguments that ``collate_packed``
 passes to the model's forward (transformers hands them down to every attention layer, and a
-recomputed layer gets them again), else from the position_ids restarting at 0. Everything else (a
+recomputed layer gets them again); every packed row carries them. Everything else (a
 padding mask, a KV cache, generation) goes to transformers' sdpa unchanged, so a rollout backend
 sharing the model generates exactly as before. Models with sliding windows keep sdpa (``install``).
 """
@@ -74,23 +74,13 @@ def _call_kernel(kernel: Any, q: Tensor, k: Tensor, v: Tensor, cu: Tensor, longe
     return kernel(q, k, v, cu, cu, longest, longest, **kwargs)
 
 
-def spans(kwargs: dict, batch: int, length: int, device: torch.device) -> tuple[Tensor, int] | None:
-    """(cumulative span starts [n + 1] int32, longest span) of a packed [batch, length] input, or None
-    when each row is one sequence (plain causal attention)."""
+def spans(kwargs: dict, batch: int, device: torch.device) -> tuple[Tensor, int] | None:
+    """(cumulative span starts [n + 1] int32, longest span) of a packed row, from the lengths `collate_packed`
+    passes, or None when each row is one sequence (plain causal attention)."""
     cu, longest = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
     if cu is not None and batch == 1:  # collate_packed's one row
         return cu.to(device=device, dtype=torch.int32), int(longest)
-    position_ids = kwargs.get("position_ids")
-    if position_ids is None:
-        return None
-    pos = position_ids.expand(batch, -1)
-    starts = torch.ones_like(pos, dtype=torch.bool)
-    starts[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1  # what transformers' find_packed_sequence_indices reads
-    flat = starts.reshape(-1).nonzero().reshape(-1)
-    if flat.numel() == batch:
-        return None
-    cu = torch.cat([flat, torch.tensor([batch * length], device=flat.device)]).to(device=device, dtype=torch.int32)
-    return cu, int((cu[1:] - cu[:-1]).max())
+    return None
 
 
 def _per_span(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scaling: float | None, dropout: float = 0.0) -> Tensor:
@@ -114,7 +104,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor
 
     batch, heads, length, dim = query.shape
     plain = attention_mask is not None or key.shape[2] != length or length == 1
-    found = None if plain else spans(kwargs, batch, length, query.device)
+    found = None if plain else spans(kwargs, batch, query.device)
     if found is not None and (kwargs.get("sliding_window") is not None or kwargs.get("softcap") is not None):
         # sdpa without a mask would let the row's samples see each other: refuse rather than leak.
         raise ValueError("kforge_varlen: a packed row with a sliding window or soft-capping; "

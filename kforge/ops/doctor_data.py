@@ -180,13 +180,17 @@ def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
         return [CheckResult("rag index", "fail", f"no index folder {folder} (relative to {Path.cwd()})",
                             f"{build} (or set dataset.rag_index_path to an existing index)")]
     from kforge.rag.errors import RagError
-    from kforge.rag.manifest import embedder_of, read_manifest
+    from kforge.rag.manifest import embedder_of, leak_guard, read_manifest, read_raw
 
-    try:
-        embedder, dim = embedder_of(read_manifest(folder))
+    try:  # read once: the leak guard is read from it, and then what it says of the index
+        raw = read_raw(folder)
     except RagError as exc:
         return [CheckResult("rag index", "fail", str(exc), f"rebuild it: {build}")]
-    rows = []
+    rows = check_rag_leak(cfg, leak_guard(raw))  # first: an index that leaks is refused whatever else
+    try:
+        embedder, dim = embedder_of(read_manifest(folder, raw))
+    except RagError as exc:
+        return rows + [CheckResult("rag index", "fail", str(exc), f"rebuild it: {build}")]
     try:
         import kforge.rag as rag
 
@@ -226,6 +230,28 @@ def check_rag(cfg: KforgeConfig) -> list[CheckResult]:
     return rows
 
 
+def check_rag_leak(cfg: KforgeConfig, guard: dict | None) -> list[CheckResult]:
+    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
+    the very problems the run is measured on to the prompts. `guard`: the index manifest's leak guard."""
+    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
+
+    ds = cfg.dataset
+    if guard is None:
+        return []  # an index from before the leak guard recorded anything
+    try:
+        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
+    except (ValueError, OSError, ProblemSourceError):
+        return []
+    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
+    if not missing:
+        return [CheckResult("rag leak guard", "pass", f"the index leaves out all {len(held_out)} held-out problems")]
+    return [CheckResult("rag leak guard", "fail",
+                        f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
+                        f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])})",
+                        f"rebuild it for this config: kforge rag build --preset {cfg.preset or 'default'} "
+                        f"--out {ds.rag_index_path}")]
+
+
 def _existing_parent(path: Path) -> Path:
     path = path.resolve()
     while not path.exists() and path != path.parent:
@@ -235,10 +261,7 @@ def _existing_parent(path: Path) -> Path:
 
 def check_disk(runs_dir: Path, fail_below_gib: float = 1.0, warn_below_gib: float = 10.0) -> list[CheckResult]:
     where = _existing_parent(Path(runs_dir))
-    free = shutil.disk_usage(where).free / GIB
-    if not os.access(where, os.W_OK):
-        return [CheckResult("disk", "fail", f"{where} is not writable (runs go to {runs_dir})",
-                            "pass --runs-dir / log.runs_dir=DIR pointing at a writable folder")]
+    free = shutil.disk_usage(where).free / GIB  # whether it can be written is the pre-flight's folder row
     detail = f"{free:.1f} GiB free at {where} (runs go to {runs_dir})"
     if free < fail_below_gib:
         return [CheckResult("disk", "fail", detail, f"free space or choose another log.runs_dir (needs >= {fail_below_gib:g} GiB)")]

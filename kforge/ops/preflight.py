@@ -18,7 +18,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.gpus import Gpu, query_gpus, visible_records
 from kforge.ops.doctor_base import CheckResult, gpu_only, gpu_reasons
 from kforge.ops.doctor_data import check_disk, check_model, check_rag
-from kforge.policy.prompts import PROMPT_OPTIONS
+from kforge.space import UnwritableFolder, check_writable
 
 
 def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
@@ -30,7 +30,7 @@ def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
         found, source = query_gpus()
         gpus = (visible_records(found) if found is not None else None, source)
     rows = check_folders(runs_dir) + check_disk(runs_dir) + check_gpus(cfg, *gpus) + check_wandb(cfg)
-    rows += check_rag_leak(cfg) + check_rag(cfg)  # the leak first: an index that leaks is refused whatever else
+    rows += check_rag(cfg)  # its leak guard first: an index that leaks is refused whatever else
     return rows + check_model(cfg)
 
 
@@ -38,25 +38,19 @@ def preflight(cfg: KforgeConfig, runs_dir: str | Path | None = None,
 
 
 def check_folders(runs_dir: Path) -> list[CheckResult]:
-    """The run folders' parent and kforge's cache (reference outputs, converted models) can be made and written."""
+    """The run folders' parent and kforge's cache (reference outputs, converted models) can be made and written:
+    asked as the run folder's own writes ask it (a block written, the OS's reason kept)."""
     rows = []
     for what, folder, fix in (("log.runs_dir", runs_dir, "pass --runs-dir / log.runs_dir=DIR naming a writable folder"),
                               ("kforge cache", cache_root(), "set KFORGE_CACHE_DIR to a writable folder")):
-        problem = _unwritable(folder)
-        rows.append(CheckResult(f"folder {what}", "fail" if problem else "pass",
-                                f"{folder}: {problem}" if problem else f"{folder} can be written", fix if problem else ""))
+        folder = Path(folder).expanduser()
+        try:
+            check_writable(folder, what)
+        except UnwritableFolder as exc:
+            rows.append(CheckResult(f"folder {what}", "fail", f"{folder}: {exc.why}", fix))
+        else:
+            rows.append(CheckResult(f"folder {what}", "pass", f"{folder} can be written"))
     return rows
-
-
-def _unwritable(folder: Path) -> str | None:
-    path = Path(folder).expanduser().absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    if not path.is_dir():
-        return f"{path} is a file, not a folder"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return f"{path} is not writable"
-    return None
 
 
 # ----------------------------------------------------------------------------------------------- GPUs
@@ -108,17 +102,18 @@ def check_wandb(cfg: KforgeConfig) -> list[CheckResult]:
     mode = os.environ.get("WANDB_MODE", "").lower()
     if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_DISABLED", "").lower() in ("1", "true"):
         return [CheckResult("wandb", "pass", f"project {project}, WANDB_MODE={mode or 'disabled'}: no login needed")]
-    where = _wandb_credentials()
+    # The W&B server whose ~/.netrc entry holds the key: W&B's own default unless WANDB_BASE_URL names another.
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or ""
+    where = _wandb_credentials(host)
     if where:
         return [CheckResult("wandb", "pass", f"project {project}, credentials from {where}")]
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
     return [CheckResult("wandb", "fail", f"log.wandb_project={project} but no W&B credentials (no WANDB_API_KEY, "
                         f"no {host} entry in ~/.netrc, no api_key in W&B's settings)",
                         "run `wandb login` (or set WANDB_API_KEY); WANDB_MODE=offline logs locally; "
                         "or unset log.wandb_project")]
 
 
-def _wandb_credentials() -> str | None:
+def _wandb_credentials(host: str) -> str | None:
     if os.environ.get("WANDB_API_KEY"):
         return "WANDB_API_KEY"
     token = os.environ.get("WANDB_IDENTITY_TOKEN_FILE")
@@ -131,39 +126,10 @@ def _wandb_credentials() -> str | None:
                 return str(settings)
         except (OSError, UnicodeDecodeError):
             continue
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
     for path in filter(None, (os.environ.get("NETRC"), Path.home() / ".netrc", Path.home() / "_netrc")):
         try:
-            if netrc.netrc(str(path)).authenticators(host or ""):
+            if netrc.netrc(str(path)).authenticators(host):
                 return str(path)
         except (OSError, netrc.NetrcParseError):
             continue
     return None
-
-
-# ----------------------------------------------------------------------------------------------- RAG
-
-
-def check_rag_leak(cfg: KforgeConfig) -> list[CheckResult]:
-    """An RA-ICL index must leave out this run's held-out problems, or its examples could hand the answers of
-    the very problems the run is measured on to the prompts."""
-    from kforge.problems import ProblemSourceError, problems_from_config, split_problems
-
-    from kforge.rag.manifest import leak_guard
-
-    ds = cfg.dataset
-    guard = leak_guard(Path(ds.rag_index_path)) if PROMPT_OPTIONS[ds.prompt_option].retrieves and ds.rag_index_path else None
-    if guard is None:
-        return []  # no index (check_rag says so), or one from before the leak guard recorded anything
-    try:
-        held_out = split_problems(problems_from_config(ds), ds.test_fraction, ds.seed)[1]
-    except (ValueError, OSError, ProblemSourceError):
-        return []
-    missing = sorted({p.key for p in held_out} - set(guard.get("protected") or []))
-    if not missing:
-        return [CheckResult("rag leak guard", "pass", f"the index leaves out all {len(held_out)} held-out problems")]
-    return [CheckResult("rag leak guard", "fail",
-                        f"RAG index {ds.rag_index_path} does not leave out {len(missing)} of this run's "
-                        f"{len(held_out)} held-out problems (e.g. {', '.join(missing[:3])})",
-                        f"rebuild it for this config: kforge rag build --preset {cfg.preset or 'default'} "
-                        f"--out {ds.rag_index_path}")]

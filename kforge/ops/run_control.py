@@ -20,7 +20,8 @@ from typing import Callable, Iterator
 
 import psutil
 
-from kforge.runs.folder import STOP_FILE, RunFolder, atomic_write_text, pid_alive
+from kforge.runs.folder import STOP_FILE, RunFolder, pid_alive
+from kforge.space import atomic_write_text
 
 ACTIVE = ("starting", "running", "stopping")
 TENSORBOARD_MISSING = "tensorboard is not installed: pip install tensorboard (or pip install 'kforge[plots]')"

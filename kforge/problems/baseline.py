@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from kforge.errors import UserError
 from kforge.problems.record import Problem
+from kforge.space import atomic_write_text
 
 MODES = ("eager", "compile")
 
@@ -71,9 +72,7 @@ def write(path: Path, doc: dict[str, Any]) -> None:
         for level in sorted(doc, key=lambda name: int(name[5:]) if name[5:].isdigit() else 0)
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(ordered, indent=4) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(ordered, indent=4) + "\n")
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -8,11 +8,11 @@ what was dropped and why, and the leak guard (the problems it protects and whose
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from kforge.rag.errors import RagError
+from kforge.space import atomic_write_text
 
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
@@ -20,12 +20,11 @@ FORMAT_VERSION = 1
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Replace the manifest atomically: a reader sees the old one or the new one, never half of either."""
-    tmp = folder / f"{MANIFEST_FILE}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / MANIFEST_FILE)
+    atomic_write_text(folder / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
+def read_raw(folder: Path) -> dict[str, Any]:
+    """The manifest as written, its format unchecked (the leak guard is read from any index that has one)."""
     path = folder / MANIFEST_FILE
     if not path.is_file():
         hint = "the folder does not exist" if not folder.exists() else f"{MANIFEST_FILE} is missing"
@@ -36,14 +35,18 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RagError(f"{path} is not valid JSON ({exc}): rebuild the index with `kforge rag build`") from None
-    if not isinstance(manifest, dict):
-        manifest = {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def read_manifest(folder: Path, raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest of an index this kforge can use; `raw`: what `read_raw` gave a caller that read it already."""
+    manifest = read_raw(folder) if raw is None else raw
     embedder = manifest.get("embedder")
     if manifest.get("format_version") != FORMAT_VERSION or not isinstance(embedder, dict) \
             or not isinstance(embedder.get("dim"), int) or not embedder.get("name"):
         found = manifest.get("format_version")
         raise RagError(
-            f"{path} has index format {found!r}, this kforge reads {FORMAT_VERSION}: "
+            f"{folder / MANIFEST_FILE} has index format {found!r}, this kforge reads {FORMAT_VERSION}: "
             "rebuild it with `kforge rag build`"
         )
     return manifest
@@ -54,11 +57,8 @@ def embedder_of(manifest: dict[str, Any]) -> tuple[str, int]:
     return str(manifest["embedder"]["name"]), int(manifest["embedder"]["dim"])
 
 
-def leak_guard(folder: Path) -> dict[str, Any] | None:
-    """The leak guard's record (`protected` problem keys, `held_out_of`), or None when the folder holds no
-    readable manifest or an index built before the guard recorded anything."""
-    try:
-        guard = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8")).get("leak_guard")
-    except (OSError, ValueError, AttributeError):
-        return None
+def leak_guard(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The leak guard's record (`protected` problem keys, `held_out_of`) in a manifest `read_raw` read, or None
+    for an index built before the guard recorded anything."""
+    guard = raw.get("leak_guard")
     return guard if isinstance(guard, dict) else None

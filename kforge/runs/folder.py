@@ -20,7 +20,7 @@ import psutil
 from kforge.runs.checkpoints import (CHECKPOINTS_DIR, CKPT_PREFIX, LEARNER_DIR, TRAINER_STATE,  # noqa: F401
                                      checkpoint_damage, checkpoint_step, read_trainer_state)
 from kforge.errors import UserError
-from kforge.space import check_writable, refused_write
+from kforge.space import atomic_write_text, check_writable, refused_write
 
 from kforge.runs.layout import (ADAPTERS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE,  # noqa: F401
                                 LOG_FILE, METRICS_FILE, RUN_ENTRIES, SAMPLES_DIR, STATUS_FILE, STOP_FILE,
@@ -33,20 +33,6 @@ class RunNotFound(UserError, FileNotFoundError):
 
 class RunFolderTaken(UserError, FileExistsError):
     """A new run's folder is taken by something that is not a failed start of kforge's."""
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves the old file, and no temp beside it
-        raise
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

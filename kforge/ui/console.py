@@ -38,6 +38,18 @@ console = _console()
 err_console = _console(stderr=True)
 
 
+def progress_bar(remaining: bool = False, transient: bool = False) -> Any:
+    """A command's Rich progress: what it does, a bar, done/total and the time taken (and left, with
+    `remaining`); drawn on a terminal only (off one, the commands print plain progress lines of their own)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    if remaining:
+        columns.append(TimeRemainingColumn())
+    return Progress(*columns, console=console, disable=not console.is_terminal, transient=transient)
+
+
 def rule(title: str) -> None:
     """A titled separator: Rich's rule on a terminal; off one a short line, not PLAIN_WIDTH columns of dashes."""
     if console.is_terminal:

@@ -15,13 +15,14 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kforge.evaluator import sandbox
 from kforge.evaluator.arena import Arena
 from kforge.evaluator.freeze import frozen
+from kforge.evaluator.gate import DeviceGate
 from kforge.evaluator.wire import SMALL_MESSAGE, FrameReader, WireError, decode, send_pickle
 
 _LEN = struct.Struct("<I")
@@ -337,12 +338,16 @@ def _give(path: str, ids: tuple[int, int], recursive: bool) -> None:
 
 @dataclass
 class Slot:
-    """One eval device: its zygote, its timing lock (one timed child at a time) and its name."""
+    """One eval device: its zygote, its gate (gate.py: timing alone, other GPU work shared) and its name."""
 
     index: int | None  # CUDA index (after CUDA_VISIBLE_DEVICES) or None for CPU
     zygote: Zygote
     gpu_name: str = "cpu"
-    timing_lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: DeviceGate | None = None  # a GPU's own; the CPU has none (its timing means nothing to protect)
+
+    def __post_init__(self) -> None:
+        if self.gate is None and self.on_gpu:
+            self.gate = DeviceGate()
 
     @property
     def device(self) -> str:
@@ -359,5 +364,9 @@ class Slot:
         return f"{self.gpu_name}|torch{torch.__version__}"
 
     def timing(self) -> Any:
-        """The lock that keeps timed children from overlapping on one GPU (nothing to share on the CPU)."""
-        return self.timing_lock if self.on_gpu else contextlib.nullcontext()
+        """Held while a child is timed: no other GPU work of the pool runs on this device meanwhile."""
+        return self.gate.exclusive() if self.gate is not None else contextlib.nullcontext()
+
+    def gpu_work(self) -> Any:
+        """Held while a child does any other GPU work (start-up, trials, a reference run): several at once."""
+        return self.gate.shared() if self.gate is not None else contextlib.nullcontext()

@@ -7,7 +7,8 @@ parent's clock around each, each call's own launch evidence and the outputs of e
 secret positions; on a GPU one of them, at a random place, profiled. Among the trials, at a random place,
 the decoy trial (Triton: the same problem without the candidate's kernels). Timing runs only for a
 correct, unflagged candidate; a flagged correct one gets one profile request (its coverage is still
-evidence); on a GPU both under the device's timing lock, released on every path.
+evidence); on a GPU both with the device's gate held alone (gate.py), the start-up and the trials with it
+shared, so no other worker's GPU work runs while this candidate is timed.
 
 What went wrong is the parent's to say, from what it saw: an error, a hang, a crash or a broken protocol
 before the child answered its first call is a compile error, whatever the child called it or did. A
@@ -19,6 +20,7 @@ unless the child claims the lesser compile error.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import signal
@@ -76,15 +78,23 @@ class Examination:
                     # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over.
                     "lock_after": "first_trial" if rule.compiles_at_first_launch and self.slot.on_gpu else "ready"}
         self.readable = [build_dir] if build_dir else []  # built by a child of its own; read-only from here on
-        self._spawn()
+        # The GPU's gate (gate.py): the start-up and the trials share it with the other workers' GPU work,
+        # timing has it alone; every hold is released on every path out. A child starts CUDA and puts the
+        # model's weights on the device as soon as it is forked, unasked: the start-up's hold comes first.
+        with contextlib.ExitStack() as setting_up:
+            setting_up.enter_context(self.slot.gpu_work())
+            self._spawn()
+            start_up = setting_up.pop_all()
         assert self.child is not None
         self.durations["fork_s"] = self.child.fork_s
         try:
-            self._import()
-            self._inputs()
-            self._trials(decoy=rule.decoy and self.ref.decoy is not None)
+            with start_up:
+                self._import()
+            self._inputs()  # holding nothing: the draw it waits for needs a hold of its own
+            with self.slot.gpu_work():
+                self._trials(decoy=rule.decoy and self.ref.decoy is not None)
             if self.v.status is Status.CORRECT:
-                with self.slot.timing():  # a `with`: the lock is released on every path out
+                with self.slot.timing():
                     if not self.v.flags:
                         started = time.monotonic()
                         self._timing()
@@ -106,6 +116,7 @@ class Examination:
             why = own_words(str(exc)[:200], self.job["code"], self.problem_code)  # it may quote the child
             self.v.details["reason"] = f"the child broke the evaluation protocol ({why or type(exc).__name__})"
         finally:
+            start_up.close()
             self.child.close()
         return self.v
 

@@ -6,7 +6,8 @@
 Per candidate: static checks (here) -> CUDA build (a sandboxed child on a CPU worker, cached) ->
 reference (reference.py, cached per problem and device) -> the candidate's examination
 (examine.py: trials, comparison in this process, timed batches under the parent's clock) ->
-Verdict. This file only schedules: which worker and device, which stage when.
+Verdict. This file only schedules: which worker and device, which stage when. On a GPU the stages
+themselves hold the device's gate (gate.py): timing alone, the rest of its GPU work shared.
 """
 
 from __future__ import annotations

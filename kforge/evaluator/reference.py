@@ -26,6 +26,7 @@ checked calls miss them: (1 - c/N)^16, 19 % for a tenth of the calls, under 0.00
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import threading
@@ -191,7 +192,13 @@ class ReferenceCache:
             init_seed = _seeds(self.ctx.salt(), key, "init", 1)[0]
         job = {"problem_code": problem.code, "init_seed": init_seed, "device": slot.device,
                "warm_triton": slot.on_gpu}
-        child = self.ctx.child(slot, "reference", job, arena=Arena())
+        # The GPU's gate (gate.py): the start-up (the child begins it at fork, unasked), the trials and a
+        # draw's calls share it with the pool's other GPU work; the timed calls below have it alone, so
+        # the shared hold ends before they ask.
+        with contextlib.ExitStack() as setting_up:
+            setting_up.enter_context(slot.gpu_work())
+            child = self.ctx.child(slot, "reference", job, arena=Arena())
+            shared = setting_up.pop_all()
         failed = Reference([], [], {}, [], [], [])
         try:
             deadline = time.monotonic() + cfg.compile_timeout_s
@@ -251,6 +258,7 @@ class ReferenceCache:
                 if decoy_trial():
                     child.send({"op": P.OP_BYE})
                 return ref
+            shared.close()
             with slot.timing():
                 deadline = time.monotonic() + cfg.timing_timeout_s
                 drive.ask(child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
@@ -279,6 +287,7 @@ class ReferenceCache:
         except Exception as exc:  # noqa: BLE001 - outputs the arena cannot hold (a dtype it does not know), ...
             failed.error = f"the reference cannot be judged here: {str(exc)[:300]}"
         finally:
+            shared.close()
             child.close()
         return failed
 

@@ -198,6 +198,7 @@ def test_train_dry_run_prints_the_plan_and_why_and_starts_nothing(tmp_path, monk
                 num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False).save_pretrained(tmp_path / "m")
     listing = fake_machine(monkeypatch, n, memory_mb=81559)
     monkeypatch.setattr(placement, "query_gpus", lambda: (list(listing), "nvidia-smi"))
+    monkeypatch.setattr(placement, "_host_gb", lambda: 512.0)  # a workstation's RAM, not this test machine's
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     runs = tmp_path / "runs"
     args = ["train", "--preset", "tiny", "--dry-run", "--runs-dir", str(runs), f"model.name={tmp_path / 'm'}",
@@ -218,3 +219,17 @@ def test_train_dry_run_prints_the_plan_and_why_and_starts_nothing(tmp_path, monk
                  8: "rollout=GPU 0,1,2,3  learner=GPU 4,5,6  eval=GPU 7"}[n]
         assert result.exit_code == 0 and f"placement [split]: {split}\n" in result.output, result.output
     assert not runs.exists()
+
+
+def test_slept_engines_must_fit_host_ram_or_the_plan_splits():
+    """Asleep, every engine keeps its weights in host RAM: seven 7B engines (about 99 GB) do not fit 70% of a
+    64 GB host, so 8 GPUs split; 512 GB hold them; one GPU cannot split and colocates with a warning."""
+    short = plan_placement(ids(8), memory=Memory(H100, GB_7B, GB_7B, 0.5, host_gb=64))
+    assert short.mode == "split" and short.eval == [7]
+    assert short.why[0].startswith("split: 7 slept engine(s) would keep about 99 GB of weights in host RAM")
+    assert "over 70% of its 64 GB" in short.why[0]
+    assert plan_placement(ids(8), memory=Memory(H100, GB_7B, GB_7B, 0.5, host_gb=512)).mode == "colocated"
+    assert plan_placement(ids(8), memory=Memory(H100, GB_135M, GB_135M, 0.5, host_gb=64)).mode == "colocated"
+    one = plan_placement(ids(1), memory=Memory(H100, GB_7B, GB_7B, 0.5, host_gb=16))
+    assert one.mode == "colocated"
+    assert one.why[-1].startswith("warning: 1 slept engine(s) would keep about 14 GB") and "swap" in one.why[-1]

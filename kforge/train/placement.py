@@ -19,7 +19,9 @@ every machine size is tested on a CPU. Its rules, for n GPUs:
   more than it frees), so that is the moment both must fit; the learner starts first and vLLM refuses to
   start when less than its share is free. The last 10% holds the two processes' CUDA contexts and the
   learner's LoRA and optimiser state. Asleep (level 1) an engine keeps its weights in host RAM and frees
-  them and its KV cache on the GPU, so the learner's activations get the rest of the GPU;
+  them and its KV cache on the GPU, so the learner's activations get the rest of the GPU. So the host's RAM
+  must also hold every slept engine's weights (HOST_ROOM of it, the rest for the processes themselves and
+  the page cache): 7 engines of a 7B model put about 100 GB there;
 - split otherwise (the learner's copy does not fit beside the engine's share), and whenever
   `rollout.max_staleness=1` (the next step's rollouts run while the learner trains: they need GPUs of their
   own): engines on the first GPUs, learner ranks on the rest of the compute GPUs. From 3 GPUs on the
@@ -35,6 +37,8 @@ every machine size is tested on a CPU. Its rules, for n GPUs:
 """
 
 from __future__ import annotations
+
+import os
 
 from dataclasses import dataclass, field, replace
 
@@ -58,6 +62,7 @@ class Memory:
     rollout_gb: float | None = None  # the engine's weights
     learner_gb: float | None = None  # the learner's base weights (4-bit when model.load_in_4bit)
     rollout_share: float = 0.5  # rollout.gpu_memory_utilization
+    host_gb: float | None = None  # the machine's RAM, where slept engines keep their weights
 
     @property
     def rollout_gpus(self) -> int:
@@ -75,6 +80,12 @@ class Memory:
         if not self.gpu_gb or self.learner_gb is None:
             return None
         return self.learner_gb + self.rollout_share * self.gpu_gb <= COLOCATE_ROOM * self.gpu_gb
+
+    def sleeps_in_host(self, engines: int) -> bool | None:
+        """Whether host RAM holds `engines` slept engines' weights; None = a size is unknown."""
+        if not self.host_gb or self.rollout_gb is None:
+            return None
+        return engines * self.rollout_gb <= HOST_ROOM * self.host_gb
 
     def colocating_share(self, n: int) -> float:
         """The largest rollout.gpu_memory_utilization that colocates while the engine's weights still fit n
@@ -106,11 +117,19 @@ def memory_for(cfg: Any, gpus: list[str] | None = None) -> Memory:
     width = 4 if cfg.model.dtype == "float32" else 2
     learner = 0.55 if cfg.model.load_in_4bit else width  # 4-bit blocks plus their scales, norms in full width
     return Memory(min(sizes) if sizes else None, params * width / 2**30, params * learner / 2**30,
-                  cfg.rollout.gpu_memory_utilization)
+                  cfg.rollout.gpu_memory_utilization, host_gb=_host_gb())
+
+
+def _host_gb() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that says
+        return None
 
 
 LEARNER_ROOM = 0.85  # of a GPU's memory for the base weights; activations and LoRA state need the rest
 COLOCATE_ROOM = 0.9  # of a GPU's memory for the learner's weights and an awake engine's share together
+HOST_ROOM = 0.7  # of the host's RAM for slept engines' weights
 
 
 @dataclass
@@ -195,14 +214,23 @@ def plan_placement(gpus: list[str] | None = None, overrides: dict[str, list[int]
             f"the learner holds the whole base model on each of its GPUs (about {mem.learner_gb:.0f} GB) and a GPU "
             f"has {mem.gpu_gb:.0f} GB: set model.load_in_4bit=true, pick a smaller model or use larger GPUs")
     fits = mem.colocates()
+    # The eval pool's own GPU from 3 on, unless one engine needs every GPU.
+    compute = list(range(n)) if n <= 2 or tp > n - 1 else list(range(n - 1))
+    engines = len(compute) // tp
+    host = None if mem.sleeps_in_host(engines) is not False else (
+        f"{engines} slept engine(s) would keep about {engines * (mem.rollout_gb or 0):.0f} GB of weights in host RAM, "
+        f"over {HOST_ROOM:.0%} of its {mem.host_gb or 0:.0f} GB")
     if mem.rollout_gb is None or fits is None:
         plan.why.append("model or GPU size unknown here: assumed the engine fits one GPU and the learner's weights "
                         "fit beside its share (colocated); --gpus rollout=0 learner=1,... splits them")
-    # The eval pool's own GPU from 3 on, unless one engine needs every GPU.
-    compute = list(range(n)) if n <= 2 or tp > n - 1 else list(range(n - 1))
-    if fits is not False and not pipelined:
+    if fits is not False and not pipelined and host is None:
         _colocated(plan, n, compute, mem)
-    elif not _split(plan, n, compute, mem, pipelined):
+    elif _split(plan, n, compute, mem, pipelined, host):
+        pass
+    elif fits is not False and not pipelined:  # short of host RAM, and the GPUs cannot hold them apart
+        _colocated(plan, n, compute, mem)
+        plan.why.append(f"warning: {host}; the host may swap while the learner trains")
+    else:
         raise _refusal(n, tp, mem, pipelined)
     if "rollout" in overrides or "learner" in overrides:  # the planned roles' reasons no longer hold
         del plan.why[int(mem.rollout_gb is None or fits is None):]
@@ -237,8 +265,9 @@ def _colocated(plan: Plan, n: int, compute: list[int], mem: Memory) -> None:
         why.append("eval shares the GPU: kernels are timed beside the other roles")
 
 
-def _split(plan: Plan, n: int, compute: list[int], mem: Memory, pipelined: bool) -> bool:
-    """Engines and learner ranks on GPUs of their own; False when the GPUs cannot hold them apart."""
+def _split(plan: Plan, n: int, compute: list[int], mem: Memory, pipelined: bool, host: str | None = None) -> bool:
+    """Engines and learner ranks on GPUs of their own; False when the GPUs cannot hold them apart. `host`:
+    why host RAM cannot hold the slept engines, when that is why."""
     tp, why = plan.rollout_tp, plan.why
     if len(compute) - tp < 1:
         if n - tp < 1:
@@ -250,7 +279,9 @@ def _split(plan: Plan, n: int, compute: list[int], mem: Memory, pipelined: bool)
     engines = max(1, min(-(-((m + 1) // 2) // tp), (m - 1) // tp))
     plan.rollout, plan.learner = compute[:engines * tp], compute[engines * tp:]
     plan.eval = [n - 1] if compute != list(range(n)) else plan.learner[-1:]
-    if pipelined:
+    if host is not None and not pipelined:
+        why.append(f"split: {host}")
+    elif pipelined:
         why.append("split: rollout.max_staleness=1 runs the next step's rollouts while the learner trains, so "
                    "they need GPUs of their own (0 would colocate them)")
     else:

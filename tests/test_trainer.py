@@ -395,9 +395,11 @@ class Replica(FakeEngine):
         return await super().agenerate(requests, on_completion)
 
     def sleep(self):
+        time.sleep(0.02)  # a measurable cost, which the step's metrics must show
         self.asleep, self.sleeps = True, self.sleeps + 1
 
     def wake(self):
+        time.sleep(0.02)
         self.asleep = False
 
 
@@ -427,3 +429,7 @@ def test_colocated_replicas_all_sleep_through_the_learner_step_and_wake_for_roll
     assert learned >= 2 and learner.asleep_during == [[colocated, colocated]] * learned
     assert all(e.awake_at_generate and all(e.awake_at_generate) for e in engines)  # both served, always awake
     assert [e.sleeps for e in engines] == [learned if colocated else 0] * 2 and not any(e.asleep for e in engines)
+    records = [json.loads(line) for line in (trainer.run.path / "metrics.jsonl").read_text().splitlines()]
+    for key in ("time/sleep_s", "time/wake_s"):  # the engines' sleep and wake are each a timed stage
+        assert sum(r[key] >= 0.02 for r in records) == (learned if colocated else 0)
+        assert all(r[key] == 0.0 for r in records if r[key] < 0.02)

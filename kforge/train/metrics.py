@@ -110,6 +110,7 @@ def step_metrics(step: int, epoch: int, rollouts: Any, credit: dict[str, float],
     out.update({
         "time/rollout_eval_s": roll_s, "time/learn_s": times.get("learn_s", 0.0), "time/sync_s": times.get("sync_s", 0.0),
         "time/sync_save_s": times.get("sync_save_s", 0.0), "time/sync_load_s": times.get("sync_load_s", 0.0),
+        "time/sleep_s": times.get("sleep_s", 0.0), "time/wake_s": times.get("wake_s", 0.0),
         # generate_s: summed over engine calls; eval_sum_s: summed over evaluations (both overlap).
         "time/generate_s": stats.generate_s, "time/eval_sum_s": stats.eval_sum_s, "time/rollout_wall_s": stats.wall_s,
         "throughput/generate_tok_s": sum(len(t.response_ids) for t in turns) / stats.wall_s if stats.wall_s > 0 else 0.0,

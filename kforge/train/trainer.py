@@ -82,6 +82,8 @@ class StepTimes:
     sync_s: float = 0.0
     sync_save_s: float = 0.0  # the learner writes the adapter folder
     sync_load_s: float = 0.0  # the engine loads it (the backend's own parts: `load_times`)
+    sleep_s: float = 0.0  # colocated: the engines put to sleep before the learner's step, and woken after it
+    wake_s: float = 0.0
 
 
 @dataclass
@@ -274,7 +276,6 @@ class Trainer:
             return await self._learn_step(samples, times)
 
     async def _learn_step(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
-        t0 = time.time()
         if not samples:
             log.warning("step %d: no sample with a non-zero advantage; optimiser step skipped", self.step + 1)
             return {"learner/skipped": 1.0}
@@ -282,8 +283,10 @@ class Trainer:
         # on its GPU has the memory for its activations; they wake for the next rollouts.
         colocated = (self.plan.mode == "colocated" and self.cfg.rollout.sleep_between_phases
                      and self.parts.backend is not None)
+        t0 = time.time()
         if colocated:
             self.parts.backend.sleep()
+            times.sleep_s, t0 = time.time() - t0, time.time()
         version = self.parts.learner.version
         self._learning = True  # stays set when train_step raises: the learner's state is then unknown
         try:
@@ -295,6 +298,7 @@ class Trainer:
         self._learning = False
         if colocated:
             self.parts.backend.wake()
+            times.wake_s = time.time() - t0 - times.learn_s
         staleness = [version - s.policy_version for s in samples]  # versions behind the weights it trained
         out = {k if "/" in k else f"learner/{k}": v for k, v in metrics.items()}
         out.update({"staleness/max": float(max(staleness)), "staleness/mean": sum(staleness) / len(staleness)})

@@ -13,6 +13,8 @@ bitsandbytes imports, with a 4-bit NF4 base (QLoRA).
                                        # today's learner (chunk 0, autocast off) beside the chunked head and bf16
     python bench/learner.py --models 7b --seq 8192 --quant bf16 --chunk 1024 --pack off,on --lengths mixed
                                        # padded rows beside packed rows, on samples of different lengths
+    python bench/learner.py --models 7b --seq 8192,16384 --micro-batch-tokens 16384 --quant bf16 --chunk 1024 \
+        --autocast on --pack on --recompute auto,0.25   # the share `auto` picks beside a fixed one
 
 Conventions:
   tokens     prompt + response tokens of all sequences of a step (padding excluded)
@@ -33,6 +35,8 @@ Conventions:
   lengths    same: every sample is --seq tokens (nothing to pad); mixed: lengths spread evenly from
              --seq/4 to --seq (what padding costs), the response half of each, at most 4096
   pad%       share of the model's input positions that are padding under the learner's plan
+  recomp     model.recompute_share; `auto` shows the share it chose, as a*SHARE
+  est GiB    kforge.learner.recompute's estimate of the peak at that share (what `auto` sizes by)
   peak GiB   torch.cuda.max_memory_allocated during the warm-up and timed steps (weights included)
 """
 
@@ -85,8 +89,8 @@ def model_flops(frozen: int, trainable: int, head: int, tokens: int, response_to
     return six, four
 
 
-def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float = 1.0, chunk: int = 0,
-                   autocast: bool = False, pack: bool = False) -> Any:
+def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float | str = 1.0, chunk: int = 0,
+                   autocast: bool = False, pack: bool = False, longest: int = 32768) -> Any:
     """kforge's config with the bench's settings; a plain namespace where pydantic is not installed
     (the GPU image lacks it), holding the same fields with the schema's defaults."""
     lora = dict(rank=args.lora_rank, alpha=2 * args.lora_rank, dropout=0.0,
@@ -99,7 +103,7 @@ def learner_config(args: argparse.Namespace, response_tokens: int, recompute: fl
                    mismatch_reject_ratio=None, mismatch_token_veto=None, logprob_chunk=chunk, bf16_autocast=autocast,
                    pack=pack)
     model = dict(name="random-init", gguf_file=None, dtype="bfloat16", load_in_4bit=False, chat_template=None,
-                 trust_remote_code=False, max_model_len=32768, gradient_checkpointing=not args.no_grad_ckpt,
+                 trust_remote_code=False, max_model_len=longest, gradient_checkpointing=not args.no_grad_ckpt,
                  recompute_share=recompute, checkpoint=None)
     try:
         from kforge.config.schema import KforgeConfig
@@ -191,7 +195,7 @@ def peak_tflops(args: argparse.Namespace) -> float | None:
     return None
 
 
-def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recompute: float, chunk: int = 0,
+def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recompute: float | str, chunk: int = 0,
              autocast: bool = False, pack: bool = False) -> dict[str, Any]:
     from kforge.learner.learner import Learner
     from kforge.learner.packing import padding_share
@@ -207,8 +211,10 @@ def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recomput
     learner = model = None
     try:
         model, body, head = build_model(arch, args.device, quant)
-        cfg = learner_config(args, response, recompute, chunk, autocast, pack)
+        # The longest sample is the model's context: what an `auto` share sizes a row by beside the budget.
+        cfg = learner_config(args, response, recompute, chunk, autocast, pack, longest=seq)
         learner = Learner(cfg, device=args.device, model=model)
+        row.update(estimate(learner, cfg, recompute))
         if cuda:  # the peak of training, not of building the bf16 model before quantising it
             torch.cuda.reset_peak_memory_stats()
         samples = make_samples(lengths, ARCHS[arch]["vocab_size"], seed=seq)
@@ -249,6 +255,27 @@ def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recomput
     return row
 
 
+def estimate(learner: Any, cfg: Any, recompute: float | str) -> dict[str, Any]:
+    """The share the learner applied (what `auto` chose) and the estimated peak at it (kforge.learner.recompute)."""
+    from kforge.learner.lora import checkpointed_layers
+    from kforge.learner.recompute import GIB, peak_bytes, shape_of
+
+    shape = shape_of(learner.model)
+    recomputed = len(checkpointed_layers(learner.model)) if cfg.model.gradient_checkpointing else 0
+    lc, out = cfg.learner, {"auto": recompute == "auto"}
+    if learner.recompute is not None:
+        out["recompute"] = learner.recompute.share
+    if shape is not None and learner.device.type == "cuda":
+        tokens = max(lc.micro_batch_tokens, cfg.model.max_model_len)
+        out["est_gib"] = peak_bytes(shape, recomputed, tokens, lc.logprob_chunk, lc.bf16_autocast) / GIB
+    return out
+
+
+def share_label(row: dict[str, Any]) -> str:
+    share = row["recompute"]
+    return share if isinstance(share, str) else f"a{share:.2f}" if row.get("auto") else f"{share:g}"
+
+
 def fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -256,18 +283,19 @@ def fmt(value: Any, spec: str) -> str:
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = f"{'model':<6} {'quant':<5} {'seq':>5} {'recomp':>6} {'chunk':>5} {'bf16ac':>6} {'pack':>4} {'pad%':>5} " \
              f"{'n':>3} {'tokens':>7} " \
-             f"{'step s':>7} {'tokens/s':>9} {'MFU6N%':>6} {'MFU4N%':>6} {'peak GiB':>8} {'LoRA M':>7}  status"
+             f"{'step s':>7} {'tokens/s':>9} {'MFU6N%':>6} {'MFU4N%':>6} {'est GiB':>7} {'peak GiB':>8} {'LoRA M':>7}  status"
     print(header)
     print("-" * len(header))
     for r in rows:
         mfu = None if r.get("mfu") is None else 100 * r["mfu"]
         mfu4 = None if r.get("mfu4") is None else 100 * r["mfu4"]
         print(
-            f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {r['recompute']:>6g} {r['chunk']:>5} "
+            f"{r['model']:<6} {r['quant']:<5} {r['seq']:>5} {share_label(r):>6} {r['chunk']:>5} "
             f"{'on' if r['autocast'] else 'off':>6} {'on' if r['pack'] else 'off':>4} {100 * r['pad']:>5.1f} "
             f"{r['samples']:>3} {fmt(r.get('tokens'), 'd'):>7} "
             f"{fmt(r.get('step_s'), '.2f'):>7} {fmt(r.get('tok_s'), ',.0f'):>9} {fmt(mfu, '.1f'):>6} {fmt(mfu4, '.1f'):>6} "
-            f"{fmt(r.get('peak_gib'), '.1f'):>8} {fmt(r.get('trainable_m'), '.1f'):>7}  {r['status']}",
+            f"{fmt(r.get('est_gib'), '.1f'):>7} {fmt(r.get('peak_gib'), '.1f'):>8} {fmt(r.get('trainable_m'), '.1f'):>7}  "
+            f"{r['status']}",
             flush=True,
         )
 
@@ -280,7 +308,7 @@ def main() -> int:
     parser.add_argument("--seq", default="4096,8192", help="comma list of sequence lengths (prompt + response)")
     parser.add_argument("--quant", default="bf16,4bit", help="comma list of bf16, 4bit (4bit needs bitsandbytes)")
     parser.add_argument("--recompute", default="1", help="comma list of model.recompute_share values: the share "
-                        "of layers that recompute activations in backward (1 = all, 0 = none)")
+                        "of layers that recompute activations in backward (1 = all, 0 = none, auto = by memory)")
     parser.add_argument("--chunk", default="0", help="comma list of learner.logprob_chunk values (0 = full logits)")
     parser.add_argument("--autocast", default="off", help="comma list of off, on: learner.bf16_autocast")
     parser.add_argument("--pack", default="off", help="comma list of off, on: learner.pack (packed rows)")
@@ -339,6 +367,7 @@ def main() -> int:
     print("MFU6N = 6 x (frozen + LoRA weights, lm_head on response tokens only) x tokens / step time / peak")
     print("MFU4N = (4 x frozen + 6 x LoRA weights, lm_head 4 x on response tokens) x tokens / step time / peak\n")
     chunks = [int(c) for c in args.chunk.split(",") if c.strip()]
+    shares = [x.strip() if x.strip() == "auto" else float(x) for x in args.recompute.split(",") if x.strip()]
     autocasts = [a.strip() == "on" for a in args.autocast.split(",") if a.strip()]
     packs = [a.strip() == "on" for a in args.pack.split(",") if a.strip()]
 
@@ -346,7 +375,7 @@ def main() -> int:
     for arch in models:
         for quant in quants:
             for seq in seqs:
-                for share in (float(x) for x in args.recompute.split(",")):
+                for share in shares:
                     for chunk in chunks:
                         for autocast in autocasts:
                             for pack in packs:

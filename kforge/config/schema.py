@@ -30,9 +30,26 @@ class ModelConfig(Section):
     trust_remote_code: bool = False
     max_model_len: int = Field(16384, gt=0, description="prompt + response token limit")
     gradient_checkpointing: bool = True
-    recompute_share: float = Field(1.0, ge=0.0, le=1.0, description="share of decoder layers that recompute "
-                                   "activations in backward when gradient_checkpointing is on (lower: faster, more memory)")
+    # 1.0 stays the default: `auto` is an estimate fitted to a few measurements of one shape (learner/recompute.py).
+    recompute_share: float | Literal["auto"] = Field(1.0, description="share of decoder layers that recompute "
+                                                     "activations in backward when gradient_checkpointing is on "
+                                                     "(lower: faster, more memory); auto = the least that the "
+                                                     "learner GPU's memory is estimated to allow")
     checkpoint: str | None = Field(None, description="adapter folder or run checkpoint to start from")
+
+    @field_validator("recompute_share", mode="before")
+    @classmethod
+    def _share_or_auto(cls, value: object) -> object:
+        if value == "auto":
+            return value
+        try:
+            share = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            share = float("nan")
+        if isinstance(value, bool) or not 0.0 <= share <= 1.0:  # nan fails too
+            raise ValueError(f"{value!r} is neither a share of the decoder layers from 0 to 1 nor auto "
+                             "(chosen by the learner GPU's memory)")
+        return share
 
 
 class LoraConfig(Section):

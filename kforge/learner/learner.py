@@ -65,6 +65,7 @@ from kforge.learner.lora import (
 )
 from kforge.learner.losses import aggregate, mismatch_rejected, reduction_for, regularised_token_loss
 from kforge.learner.packing import collate_any, plan
+from kforge.learner.recompute import choose_for
 from kforge.learner.rng import dropout_masks, mix_seed
 from kforge.learner.schedule import make_scheduler
 from kforge.learner.sums import METRIC_KEYS, Done, Sums, step_metrics
@@ -97,6 +98,7 @@ class Learner:
         total_steps: int | None = None,
         sampling: SamplingParams | None = None,
         ranks: Ranks | None = None,
+        reserve_gib: float = 0.0,
     ) -> None:
         r = cfg.rollout  # without the run's sampling record (a learner outside a run): temperature 1
         s = self.sampling = sampling or SamplingParams(r.max_tokens, 1.0, r.top_p, r.top_k)
@@ -117,8 +119,11 @@ class Learner:
         if cfg.model.checkpoint and cfg.learner.kl_coef > 0:
             self.reference = attach_reference(self.model, cfg.model.checkpoint)
         self.tokenizer = tokenizer
-        if cfg.model.gradient_checkpointing:
-            enable_gradient_checkpointing(self.model, cfg.model.recompute_share)
+        # `reserve_gib`: what other processes keep on the learner's GPU while it trains (an `auto` share's budget).
+        self.recompute = choose_for(self.model, cfg, self.device, reserve_gib) if cfg.model.gradient_checkpointing else None
+        if self.recompute is not None:
+            enable_gradient_checkpointing(self.model, self.recompute.share)
+            (log.info if self.recompute.fits else log.warning)("%s", self.recompute.why)
         self.pad_id = pad_id_of(tokenizer, self.model)
         self.pack = cfg.learner.pack  # packed rows, attention per sample (kforge.learner.packing)
         if self.pack:

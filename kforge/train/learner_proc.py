@@ -32,7 +32,7 @@ class LearnerService:
     """What the child serves: the Learner, with the policy version returned where it changes."""
 
     def __init__(self, cfg_json: dict[str, Any], total_steps: int | None, sampling: SamplingParams | None = None,
-                 device: str = "cuda", rendezvous: dict[str, Any] | None = None) -> None:
+                 device: str = "cuda", rendezvous: dict[str, Any] | None = None, reserve_gib: float = 0.0) -> None:
         from kforge.config.schema import KforgeConfig
         from kforge.learner.ddp import Ranks, Rendezvous
         from kforge.learner.learner import Learner
@@ -42,7 +42,7 @@ class LearnerService:
         model, tokenizer = self.base_model(cfg, device)
         # Log-probs under the rollout's sampling settings, as the engine reports them (IS ratios).
         self.learner = Learner(cfg, device=device, model=model, tokenizer=tokenizer, total_steps=total_steps,
-                               sampling=sampling, ranks=ranks)
+                               sampling=sampling, ranks=ranks, reserve_gib=reserve_gib)
 
     def base_model(self, cfg: Any, device: str) -> tuple[Any, Any]:
         """(model, tokenizer) to train, or (None, None): the Learner loads `cfg.model` itself."""
@@ -50,6 +50,9 @@ class LearnerService:
 
     def version(self) -> int:
         return int(self.learner.version)
+
+    def recompute(self) -> Any:
+        return self.learner.recompute
 
     def train_step(self, samples: list[Any]) -> tuple[dict[str, float], int]:
         # Out-of-memory handling (smaller micro-batches) lives inside Learner.train_step.
@@ -75,15 +78,16 @@ class LearnerProcess:
     def __init__(self, cfg: Any, devices: list[int], total_steps: int | None = None,
                  sampling: SamplingParams | None = None, *, factory: str = DEFAULT_FACTORY,
                  factory_kwargs: dict[str, Any] | None = None, log_path: str | None = None,
-                 start_timeout_s: float = 1800.0, cpu_ranks: int = 1) -> None:
+                 start_timeout_s: float = 1800.0, cpu_ranks: int = 1, reserve_gib: float = 0.0) -> None:
         """`devices`: logical GPU indices as this process sees them, one rank each; none = the CPU, with
-        `cpu_ranks` ranks (gloo: the tests of the data-parallel learner)."""
+        `cpu_ranks` ranks (gloo: the tests of the data-parallel learner). `reserve_gib`: GPU memory the other
+        roles keep on a learner GPU while it trains (Plan.learner_reserve_gib)."""
         from kforge.learner.ddp import free_port
 
         self.timeout_s = float(cfg.learner.call_timeout_s)
         world = len(devices) if devices else max(1, cpu_ranks)
         kwargs = {"cfg_json": cfg.model_dump(mode="json"), "total_steps": total_steps, "sampling": sampling,
-                  "device": "cuda" if devices else "cpu", **(factory_kwargs or {})}
+                  "device": "cuda" if devices else "cpu", "reserve_gib": reserve_gib, **(factory_kwargs or {})}
         # One GPU per rank; CPU ranks see none.
         envs = [{"CUDA_VISIBLE_DEVICES": child_visible_devices(devices[r:r + 1] if devices else [])}
                 for r in range(world)]
@@ -112,6 +116,8 @@ class LearnerProcess:
             raise LearnerDied(f"the learner process failed to start: {errors[0]}") from None
         # Cached so that the next step's rollouts can read it while a train_step is in flight (pipelined).
         self._version = int(self._call("version"))
+        # The learner's recompute choice (kforge.learner.recompute.Choice, None without checkpointing), for the log.
+        self.recompute = self._call("recompute")
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         try:

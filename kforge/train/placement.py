@@ -131,6 +131,10 @@ def _host_gb() -> float | None:
 LEARNER_ROOM = 0.85  # of a GPU's memory for the base weights; activations and LoRA state need the rest
 COLOCATE_ROOM = 0.9  # of a GPU's memory for the learner's weights and an awake engine's share together
 HOST_ROOM = 0.7  # of the host's RAM for slept engines' weights
+# Beside a training learner: a sleeping (level 1) vLLM engine keeps its CUDA context and some buffers (1-3 GiB,
+# the upper end taken); an eval child its CUDA context and what its kernel's run left in its cache (a guess).
+ENGINE_ASLEEP_GIB = 3.0
+EVAL_WORKER_GIB = 1.0
 
 
 @dataclass
@@ -166,6 +170,12 @@ class Plan:
         note = (f" ({engines} capped and slept while the learner trains on the same GPU(s))"
                 if self.mode == "colocated" else "")
         return f"placement [{self.mode}]: " + "  ".join(parts) + note
+
+    def learner_reserve_gib(self, eval_workers_per_gpu: int) -> float:
+        """GPU memory other roles keep on a learner GPU while the learner trains (the most over its GPUs):
+        what `model.recompute_share=auto` leaves out of its budget. Rough: not measured per machine."""
+        return max((ENGINE_ASLEEP_GIB * (i in self.rollout) + EVAL_WORKER_GIB * eval_workers_per_gpu * (i in self.eval)
+                    for i in self.learner), default=0.0)
 
     def explain(self) -> str:
         """The plan and why, one decision per line."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 
 def role_of(psutil, pid: int, cache: dict[int, str]) -> str:
+    """The KFORGE_ROLE of `pid` or of its nearest ancestor that has one ("other" when none), cached by pid."""
     if pid not in cache:
         role = "other"
         try:

@@ -34,6 +34,8 @@ SHAPE = dict(arch="qwen2", hidden=1536, layers=28, heads=12, kv_heads=2, interme
              max_positions=32768)
 GIB = 2**30
 
+from gpu_busy import role_of  # noqa: E402  (bench/ is the script's folder)
+
 
 class RoleMemory:
     """GPU memory per KFORGE_ROLE, from NVML's per-process figures."""
@@ -54,25 +56,9 @@ class RoleMemory:
 
         per_role: dict[str, int] = defaultdict(int)
         for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
-            if p.pid not in self.roles:
-                self.roles[p.pid] = self._role(psutil, p.pid)
-            per_role[self.roles[p.pid]] += int(p.usedGpuMemory or 0)
+            per_role[role_of(psutil, p.pid, self.roles)] += int(p.usedGpuMemory or 0)
         per_role["all"] = sum(per_role.values())
         return per_role
-
-    @staticmethod
-    def _role(psutil, pid: int) -> str:
-        """The KFORGE_ROLE of the process or of its nearest ancestor that has one (vLLM's engine core is a
-        child of the worker and need not carry the variable: its environment is the one vLLM gives it)."""
-        try:
-            proc = psutil.Process(pid)
-            for p in [proc, *proc.parents()]:
-                role = p.environ().get("KFORGE_ROLE")
-                if role:
-                    return role
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-        return "other"
 
     def _sample(self) -> None:
         while not self._stop.wait(0.1):

@@ -14,8 +14,8 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import protocol as P
 from kforge.evaluator.coverage import cuda_kernel_names, is_own, kernel_coverage, qualified_name
 from kforge.evaluator.judge import (EDGE, Clock, check_samples, check_timing, compare_positions, flags_from_evidence,
-                                    judge_trials, meta_bytes, meta_mismatch, parent_ms_per_call, sample_positions,
-                                    timed_evidence_flags)
+                                    judge_trials, meta_bytes, meta_mismatch, parent_ms_per_call, recheck_timing,
+                                    sample_positions, timed_evidence_flags)
 from kforge.evaluator.static_check import check_source
 from kforge.evaluator.wire import FrameReader, WireError, decode, encode, send_frame
 
@@ -176,6 +176,52 @@ def test_cpu_allows_only_gross_disagreement() -> None:
     assert _consistent(Clock([6.0] * 5, [2.0] * 5), ref, cfg, on_gpu=False)  # 5 ms seen, 2 reported
     assert not _consistent(Clock([6.0] * 5, [0.5] * 5), ref, cfg, on_gpu=True)
     assert not _consistent(Clock([15.0] * 5, [0.001] * 5), ref, cfg, on_gpu=False)  # 14 ms seen, ~0 reported
+
+
+def _loop(window: list[float], after: list[float], reported: list[float]) -> Clock:
+    """A clock from per-call parts: the time to the window's end and from there to the outputs read."""
+    return Clock(wall_ms=[w + a for w, a in zip(window, after)], reported_ms=reported, window_ms=window)
+
+
+def test_a_loaded_machine_flags_an_honest_kernel_against_a_quiet_reference_but_not_against_its_twin() -> None:
+    """The reference's clock is measured once, maybe on a quiet machine; the candidate is timed under load
+    (CI on a busy 2-core machine: "13.97 ms per call from the window's end to the outputs read, the
+    reference 0.8136 ms"). The first check flags it; paired with a twin timed call by call in the same
+    moment, the same load is on both sides and nothing is flagged."""
+    quiet_ref = _loop([2.0] * 5, [0.8] * 5, [1.0] * 5)
+    loaded = _loop([9.0, 12.0, 8.0, 15.0, 10.0], [14.0, 20.0, 16.0, 30.0, 18.0], [1.1] * 5)
+    assert not check_timing(loaded, quiet_ref, EvaluatorConfig(), on_gpu=False).consistent
+    twin = _loop([8.0, 13.0, 7.5, 16.0, 9.0], [13.0, 22.0, 15.0, 28.0, 17.0], [1.0] * 5)
+    check = recheck_timing(loaded, twin, EvaluatorConfig(), on_gpu=False)
+    assert check.consistent and check.kernel_ms == pytest.approx(1.1)
+
+
+def test_paired_calls_still_catch_work_after_the_window_and_forged_reports_under_load() -> None:
+    cfg = EvaluatorConfig()
+    twin = _loop([8.0, 13.0, 7.5, 16.0, 9.0], [13.0, 22.0, 15.0, 28.0, 17.0], [1.0] * 5)
+    # The outputs computed during the copy-out: 40 ms of interpreter work after every window.
+    deferred = _loop([7.0, 12.0, 7.0, 15.0, 8.0], [53.0, 60.0, 57.0, 70.0, 55.0], [0.001] * 5)
+    check = recheck_timing(deferred, twin, cfg, on_gpu=False)
+    assert not check.consistent and "work after the window" in check.reason
+    # A report forged low: its windows hold 40 ms of work more than the twin's set-up.
+    forged = _loop([48.0, 53.0, 47.5, 56.0, 49.0], [13.0, 22.0, 15.0, 28.0, 17.0], [0.001] * 5)
+    assert not recheck_timing(forged, twin, cfg, on_gpu=False).consistent
+    # On a GPU the same rules with the GPU's slack (0.15 ms + half the twin's ~1 ms set-up): 1 ms more after
+    # every window is flagged there, 0.05 ms is noise.
+    gpu_twin = _loop([1.0] * 16, [0.4] * 16, [0.01] * 16)
+    gpu_deferred = _loop([1.0] * 16, [1.4] * 16, [0.01] * 16)
+    assert recheck_timing(_loop([1.0] * 16, [0.45] * 16, [0.01] * 16), gpu_twin, cfg).consistent
+    assert not recheck_timing(gpu_deferred, gpu_twin, cfg).consistent
+
+
+def test_one_delayed_pair_moves_no_median_and_a_short_clock_is_no_report() -> None:
+    cfg = EvaluatorConfig()
+    twin = _loop([1.0] * 16, [0.4] * 16, [0.01] * 16)
+    burst = _loop([1.0] * 15 + [40.0], [0.4] * 15 + [60.0], [0.01] * 16)
+    assert recheck_timing(burst, twin, cfg).consistent
+    short = Clock(wall_ms=[1.4] * 15, reported_ms=[0.01] * 15, window_ms=[1.0] * 15)
+    check = recheck_timing(short, twin, cfg)
+    assert not check.consistent and check.kernel_ms is None
 
 
 # --- samples of timed calls and large outputs ----------------------------------------------------

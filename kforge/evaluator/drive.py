@@ -49,13 +49,16 @@ def trial(child: Child, k: int, seed: int, signed: bool, meta: list[Any] | None,
 
 def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any], positions: list[list[Any]],
                 deadline: float, profile_at: int | None = None,
-                answers: list[dict[str, Any]] | None = None) -> tuple[Clock, list[list[Any]]]:
+                answers: list[dict[str, Any]] | None = None,
+                phases: dict[str, float] | None = None) -> tuple[Clock, list[list[Any]]]:
     """One `time` request per call on the parent's seeds; the parent's clock runs from each request to the
     end of reading that call's outputs, so work the child moves out of its own window, skips and redoes
     when copying out, or defers, is counted, and it notes when the child said its window ended (before the
     copy-out). Returns the clock and, per call, the values at that call's own `positions`; each answer
     (launch evidence, coverage) goes to `answers`. Call `profile_at` runs under the profiler: its outputs
-    are read and checked like any other's, its time is left out of the clock."""
+    are read and checked like any other's, its time is left out of the clock. `phases` (when given) adds up
+    the seconds of the calls' parts: up to the window's end, the child's copy-out and answer, the parent's
+    frozen read (what `bench/judge_latency.py` prints)."""
     clock = Clock([], [], [])
     samples: list[list[Any]] = []
     size = child.arena.size if child.arena is not None else 0
@@ -66,9 +69,13 @@ def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any
             deadline)
         t1 = time.perf_counter()
         timed = ask(child, None, P.TIMED, deadline)
+        t_answer = time.perf_counter()
         plain = timed.get("plain") if isinstance(timed.get("plain"), list) else []
         samples.append(child.read(meta, slots, where, plain))
         t2 = time.perf_counter()
+        if phases is not None:
+            for part, s in (("window", t1 - t0), ("answer", t_answer - t1), ("read", t2 - t_answer)):
+                phases[part] = phases.get(part, 0.0) + s
         if answers is not None:
             answers.append(timed)
         if profiled:

@@ -34,9 +34,11 @@ from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
-from kforge.evaluator.judge import (check_samples, check_timing, finished_elsewhere_flags, judge_trials,
-                                    meta_mismatch, parent_ms_per_call, timed_evidence_flags, timings_from)
+from kforge.evaluator.judge import (Clock, TimingCheck, check_samples, check_timing, finished_elsewhere_flags,
+                                    judge_trials, meta_mismatch, parent_ms_per_call, recheck_timing,
+                                    timed_evidence_flags, timings_from)
 from kforge.evaluator.own_text import candidate_error, own_words
+from kforge.evaluator.recheck import TwinFailed, paired_calls
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.kernel_backends import KERNEL_BACKENDS
@@ -220,19 +222,19 @@ class Examination:
         t0 = time.monotonic()
         deadline = t0 + cfg.timing_timeout_s
         drive.ask(self.child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
+        self.durations["warmup_s"] = time.monotonic() - t0
         order = list(range(len(ref.timing_seeds)))
         rng = random.Random()
         rng.shuffle(order)  # fresh inputs per call, in an order the child cannot predict
         # The profiled call is one of the timed calls, at a place no count of calls tells.
         profile_at = rng.randrange(len(order)) if wants_profile(self.v) and len(order) > 1 else None
         answers: list[dict[str, Any]] = []
+        phases: dict[str, float] = {}
         clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
-                                       [ref.positions[i] for i in order], deadline, profile_at, answers)
+                                       [ref.positions[i] for i in order], deadline, profile_at, answers, phases)
         self.durations["timing_s"] = time.monotonic() - t0
-        if profile_at is not None:
-            self.profiled = True
-            cov = answers[profile_at].get("coverage")
-            self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
+        self.durations.update({f"timing_{part}_s": s for part, s in phases.items()})
+        self.durations["timed_calls"] = len(order)
         # Outputs PyTorch finished, in the trials or in any timed call (a candidate may change course once timed)
         calls = self.trial_evidence + [dict(a.get("evidence") or {}) for a in answers]
         if flags := finished_elsewhere_flags(calls, self.v.coverage, self.slot.on_gpu):
@@ -251,6 +253,8 @@ class Examination:
         self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
         self.v.details["reference_overhead_ms"] = ref.clock.overhead_ms  # what that estimate subtracted
         check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
+        if not check.consistent and check.kernel_ms is not None and not self.v.flags:
+            check, clock = self._recheck(check, clock)
         # What the parent's own clock saw (least wall per call, the reference's over the candidate's), and
         # whether the figure is the clock's floor rather than the report (a report it could not confirm).
         if ref.clock.wall_ms and clock.wall_ms:
@@ -265,15 +269,43 @@ class Examination:
             self.v.timings = timings_from(clock.reported_ms)
             self.v.kernel_ms = check.kernel_ms
 
+    def _recheck(self, first: TimingCheck, clock: Clock) -> tuple[TimingCheck, Clock]:
+        """Before a timing flag, the candidate again beside a trusted twin, call by call (recheck.py): the
+        flag stands only if the paired calls show it too. Their outputs and launch evidence are checked
+        like any timed call's; a twin that cannot run leaves the first finding."""
+        assert self.child is not None
+        t0 = time.monotonic()
+        answers: list[dict[str, Any]] = []
+        try:
+            mine, twin, got, want = paired_calls(self.ctx, self.slot, self.child, self.problem_code,
+                                                 self.ref.init_seed, self.ref.meta, self.ref.slots,
+                                                 self.ref.arena_bytes, answers)
+        except TwinFailed as exc:
+            self.v.details["recheck"] = {"first": first.reason, "made": False, "why": str(exc)}
+            return first, clock
+        finally:
+            self.durations["recheck_s"] = time.monotonic() - t0
+        if mismatch := check_samples(got, want, self.cfg):
+            self.v.flags.append("timed_output_mismatch")
+            self.v.details["reason"] = "outputs of the re-measured timed calls were wrong: " + mismatch
+        elif timed_evidence_flags(answers):
+            self.v.flags.append("timed_call_without_kernel")
+            self.v.details["reason"] = "a re-measured timed call ran none of the candidate's kernels on its data"
+        second = recheck_timing(mine, twin, self.cfg, self.slot.on_gpu)
+        self.v.details["recheck"] = {"first": first.reason, "made": True, "consistent": second.consistent}
+        return second, mine
+
     def _profile(self) -> None:
         """GPU-time coverage of one call, for a correct candidate whose timed calls did not measure it (a
         flagged one is not timed): one whose own kernels did none of the GPU work (decoy.py, flagged
         kernel_not_needed) has coverage 0, not None."""
         assert self.child is not None
         self.stage = "timing"  # a child that breaks here broke when called again: failed_when_timed
-        deadline = time.monotonic() + self.cfg.timing_timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + self.cfg.timing_timeout_s
         # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
         prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
+        self.durations["profile_s"] = time.monotonic() - t0
         cov = prof.get("coverage")
         self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
 

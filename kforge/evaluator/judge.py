@@ -279,6 +279,46 @@ def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gp
     return TimingCheck(max(mean_rep, floor), consistent, reason, clamped=floor > mean_rep)
 
 
+def recheck_timing(candidate: Clock, twin: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> TimingCheck:
+    """check_timing's rules on paired calls (recheck.py): call i of the candidate and call i of a trusted
+    twin ran on the same inputs one right after the other, so each pair saw the same load. Medians of the
+    per-pair figures replace the least over calls: a quiet moment that gave one side its least call gave
+    the other side a quiet call too, and one delayed pair cannot move a median.
+
+    - Flag when the median over pairs of the candidate's window less the twin's set-up (its window less
+      its report) exceeds `ratio` x the report's smaller of mean and median + slack, or when the median
+      over pairs of the candidate's time after its window less the twin's exceeds the slack: work after
+      the window. Slack: `timing_slack_ms` + SLACK_SHARE x the twin's median set-up. On a CPU the first
+      check scales the reference's time after the window by the ratio (its load was another moment's);
+      a pair shares its moment, so no scale is needed here.
+    - Figure: the mean report, never below the twin's mean report x the median ratio of the pairs' walls
+      over `ratio`."""
+    rep = candidate.reported_ms
+    n = len(rep)
+    sides_whole = all(len(x) == n for x in (candidate.wall_ms, candidate.window_ms, twin.wall_ms, twin.window_ms,
+                                             twin.reported_ms))
+    if not n or not sides_whole or any(not math.isfinite(x) or x <= 0.0 for x in rep):
+        return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
+    ratio, base = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+    setup = [w - r for w, r in zip(twin.window_ms, twin.reported_ms)]
+    slack = base + SLACK_SHARE * max(statistics.median(setup), 0.0)
+    parent = max(0.0, statistics.median(c - s for c, s in zip(candidate.window_ms, setup)))
+    mean_rep, med_rep = statistics.fmean(rep), statistics.median(rep)
+    consistent, reason = parent <= ratio * min(mean_rep, med_rep) + slack, ""
+    if not consistent:
+        reason = (f"the reported times (mean {mean_rep:.4g}, median {med_rep:.4g} ms per call) disagree with the "
+                  f"evaluator's clock ({parent:.4g} ms per call, paired with the reference)")
+    after = statistics.median((cw - cx) - (tw - tx) for cw, cx, tw, tx
+                              in zip(candidate.wall_ms, candidate.window_ms, twin.wall_ms, twin.window_ms))
+    if consistent and after > slack:
+        consistent = False
+        reason = (f"{after:.4g} ms per call more than the reference from the window's end to the outputs read, "
+                  f"paired call by call: work after the window")
+    walls = statistics.median(c / t for c, t in zip(candidate.wall_ms, twin.wall_ms) if t > 0.0) if min(twin.wall_ms) > 0 else 0.0
+    floor = statistics.fmean(twin.reported_ms) * walls / ratio
+    return TimingCheck(max(mean_rep, floor), consistent, reason, clamped=floor > mean_rep)
+
+
 def timings_from(ms: list[float]) -> Timings | None:
     if not ms:
         return None

@@ -1,5 +1,6 @@
 """Skips the work inside the timed window and computes each output only when it is copied out for the
-parent (after the window, before the answer), reporting a tiny time."""
+parent (after the window, before the answer), reporting a tiny time; its launch evidence is forged to show
+a kernel on the call's data, so the clock alone must catch it."""
 import sys
 import torch
 import torch.nn as nn
@@ -39,7 +40,8 @@ def _timed_lazy(self, req):
     self.arena.pending_input = inputs[0]
     _s.send_message(self.wfd, {"type": "window"})  # the protocol's mark: the (empty) window ended
     self.arena.put([torch.empty_like(inputs[0])], req.get("slots"), req.get("size", 0))
-    return {"type": "timed", "ms": 0.001, "plain": [None]}
+    return {"type": "timed", "ms": 0.001, "plain": [None],
+            "evidence": {"kernels": 1, "kernels_on_data": 1, "outputs_unwritten": 0}}
 
 
 _w.ArenaWriter.put = _put_computing

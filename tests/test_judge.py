@@ -224,6 +224,45 @@ def test_one_delayed_pair_moves_no_median_and_a_short_clock_is_no_report() -> No
     assert not check.consistent and check.kernel_ms is None
 
 
+def test_the_timed_order_puts_half_the_checked_calls_where_no_budget_cuts() -> None:
+    import random
+
+    from kforge.evaluator.reference import timed_order
+
+    checked = [i % 6 == 0 for i in range(100)]  # 17 of 100 compared
+    for seed in range(20):
+        order = timed_order(checked, 20, random.Random(seed))
+        assert sorted(order) == list(range(100))
+        assert sum(checked[i] for i in order[:20]) == 9  # half of 17, rounded up
+    assert sorted(timed_order([True] * 8, 20, random.Random(0))) == list(range(8))  # fewer calls than the head
+    orders = {tuple(timed_order(checked, 20, random.Random(s))[:20]) for s in range(5)}
+    assert len(orders) == 5  # no fixed pattern a child could learn
+
+
+def test_a_time_budget_stops_the_timed_calls_after_the_least_count() -> None:
+    import time as _time
+
+    from kforge.evaluator import drive
+
+    class Slow:  # a child whose every call takes 10 ms
+        arena = None
+
+        def ask(self, request, expect, deadline, max_bytes):
+            if expect == P.WINDOW:
+                _time.sleep(0.01)
+            return {"type": expect, "ms": 9.0}
+
+        def read(self, meta, slots, where, plain=None):
+            return []
+
+    seeds, where = list(range(100)), [[None]] * 100
+    clock, got = drive.timed_calls(Slow(), seeds, [None], [None], where, _time.monotonic() + 60, budget=(0.1, 5))
+    assert 5 <= len(got) == len(clock.wall_ms) < 30
+    clock, got = drive.timed_calls(Slow(), seeds[:8], [None], [None], where[:8], _time.monotonic() + 60, budget=(0.0, 5))
+    assert len(got) == 5  # the least count is made even with no time left
+    assert len(drive.timed_calls(Slow(), seeds[:8], [None], [None], where[:8], _time.monotonic() + 60)[1]) == 8
+
+
 # --- samples of timed calls and large outputs ----------------------------------------------------
 
 def test_samples_of_every_timed_call_must_match() -> None:
@@ -342,6 +381,10 @@ def test_a_correct_flagged_candidate_still_gets_coverage_and_none_of_its_kernels
     assert not wants_profile(Verdict(Status.CORRECT, flags=["failed_when_timed"], timing_meaningful=True))
     assert not wants_profile(Verdict(Status.CORRECT, timing_meaningful=False))  # the Triton interpreter
     assert not wants_profile(Verdict(Status.INCORRECT, timing_meaningful=True))
+    # evaluator.coverage off (the default: a profiler start-up costs seconds per child): only a candidate
+    # whose outputs PyTorch finished is profiled, since the judge's own rule needs its share.
+    correct = Verdict(Status.CORRECT, timing_meaningful=True)
+    assert not wants_profile(correct, every=False) and wants_profile(correct, every=False, finished=True)
 
     def ev(key: str, device_us: float, cuda_us: float = 0.0) -> SimpleNamespace:
         return SimpleNamespace(key=key, device_time_total=device_us, cuda_time_total=cuda_us)

@@ -18,6 +18,10 @@
 #               draw of inputs for all evaluations (inputs_reuse 1000000) and with fresh inputs for each (1)
 #   repeat      bench/repeatability.py: 8 big-input kernels (Triton and CUDA), 3 `kforge check`s each and a pool run
 #   only        the corpus rows of the files in ONLY (e.g. ONLY=skewed_timing.py): a second look at one case
+#   latency     bench/judge_latency.py: small kernels one at a time (the breakdown) and 16 workers (checks/min),
+#               the checkout in .evalcarry/base (before) and this one (after), one after the other
+#   load        the honest small kernels, KernelBench candidates and built-in solutions judged 3 times beside
+#               a busy pool and a CPU spinner (flags counted), then ONLY's attacks beside the same load
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -57,7 +61,19 @@ for s in "$@"; do
             tail -n 16 "$OUT/repeat.log" | cut -c1-250 ;;
     only) run only 300 python3 bench/gpu_evaluator_corpus.py --only "${ONLY:?ONLY=file.py}" --cache-dir /tmp/kc-only
           grep -E "MISMATCH|as expected|attacks/" "$OUT/only.log" | cut -c1-220 ;;
-    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only)" ;;
+    latency) for side in base this; do
+               root=$PWD; [ "$side" = base ] && root=$PWD/.evalcarry/base
+               [ -d "$root/kforge" ] || { echo "latency needs .evalcarry/base (git archive of the before)"; continue; }
+               KFORGE_BENCH_ROOT=$root run "latency_1_$side" 200 python3 bench/judge_latency.py --workers 1 --rounds 2 \
+                 --count 4 --cache-dir "/tmp/kc-lat-$side"
+               KFORGE_BENCH_ROOT=$root run "latency_16_$side" 200 python3 bench/judge_latency.py --workers 16 \
+                 --copies 4 --rounds 1 --cache-dir "/tmp/kc-lat-$side"
+               grep -E "medians|checks/min|not .correct" "$OUT/latency_1_$side.log" "$OUT/latency_16_$side.log" | cut -c1-400
+             done ;;
+    load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers 4 \
+            --rounds 3 --busy 2 --cache-dir /tmp/kc-load
+          grep -E "rounds|not .correct|^   " "$OUT/load.log" | cut -c1-300 ;;
+    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only, latency, load)" ;;
   esac
 done
 cat "$OUT/summary.txt"

@@ -235,6 +235,14 @@ class EvaluatorConfig(Section):
                                    "larger ones (multi-GB KernelBench outputs) at compare_points positions")
     compare_points: int = Field(1 << 20, gt=0, description="random positions compared per large output, besides "
                                 "its first and last 4096 values")
+    coverage: bool = Field(False, description="profile every correct candidate's share of GPU time in its own "
+                           "kernels (one timed call under the profiler: ~6 s of profiler start-up per candidate on "
+                           "an H100). Off, only a candidate whose outputs PyTorch finished is profiled (the judge "
+                           "needs its share); `kforge train` turns it on when reward.coverage_scaled_speed or "
+                           "learner.min_coverage uses it")
+    timing_budget_s: float = Field(1.0, gt=0.0, description="a candidate's timed calls stop once they took this long "
+                                   "(after at least 20, or all when fewer are planned): a kernel of milliseconds "
+                                   "is timed in about this, a sub-millisecond one runs all its calls sooner")
     timing_ratio: float = Field(2.0, ge=1.0, description="flag timing_inconsistent when the parent's clock says "
                                 "the calls took more than this times what the child reported; a speedup never "
                                 "exceeds this times what the parent's clock allows")

@@ -50,7 +50,8 @@ def trial(child: Child, k: int, seed: int, signed: bool, meta: list[Any] | None,
 def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any], positions: list[list[Any]],
                 deadline: float, profile_at: int | None = None,
                 answers: list[dict[str, Any]] | None = None,
-                phases: dict[str, float] | None = None) -> tuple[Clock, list[list[Any]]]:
+                phases: dict[str, float] | None = None,
+                budget: tuple[float, int] | None = None) -> tuple[Clock, list[list[Any]]]:
     """One `time` request per call on the parent's seeds; the parent's clock runs from each request to the
     end of reading that call's outputs, so work the child moves out of its own window, skips and redoes
     when copying out, or defers, is counted, and it notes when the child said its window ended (before the
@@ -58,11 +59,15 @@ def timed_calls(child: Child, seeds: list[int], meta: list[Any], slots: list[Any
     (launch evidence, coverage) goes to `answers`. Call `profile_at` runs under the profiler: its outputs
     are read and checked like any other's, its time is left out of the clock. `phases` (when given) adds up
     the seconds of the calls' parts: up to the window's end, the child's copy-out and answer, the parent's
-    frozen read (what `bench/judge_latency.py` prints)."""
+    frozen read (what `bench/judge_latency.py` prints). `budget` (seconds, calls): stop once the calls took
+    that long and at least that many were made; the values returned are the calls made."""
     clock = Clock([], [], [])
     samples: list[list[Any]] = []
     size = child.arena.size if child.arena is not None else 0
+    started = time.perf_counter()
     for i, (seed, where) in enumerate(zip(seeds, positions, strict=True)):
+        if budget is not None and i >= budget[1] and time.perf_counter() - started >= budget[0]:
+            break
         profiled = i == profile_at
         t0 = time.perf_counter()
         ask(child, {"op": P.OP_TIME, "seed": seed, "slots": slots, "size": size, "profile": profiled}, P.WINDOW,

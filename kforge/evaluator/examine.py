@@ -39,16 +39,19 @@ from kforge.evaluator.judge import (Clock, TimingCheck, check_samples, check_tim
                                     timed_evidence_flags, timings_from)
 from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.recheck import TwinFailed, paired_calls
-from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
+from kforge.evaluator.reference import BUDGET_MIN_CALLS, Reference, decoy_place, fresh_seeds, timed_order, trial_order
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.kernel_backends import KERNEL_BACKENDS
 
 
-def wants_profile(v: Verdict) -> bool:
-    """Whether a verdict gets its GPU-time coverage measured: every correct one, flagged or not (a
-    flag ends timing, not the question how much of the work was the candidate's), unless its child
-    already broke when called again, or timing means nothing here (the Triton interpreter)."""
-    return v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
+def wants_profile(v: Verdict, every: bool = True, finished: bool = False) -> bool:
+    """Whether a verdict gets its GPU-time coverage measured: a correct one, flagged or not (a flag ends
+    timing, not the question how much of the work was the candidate's), unless its child already broke
+    when called again, or timing means nothing here (the Triton interpreter); with `every` off
+    (`evaluator.coverage`: a profiler start-up costs seconds per child) only one whose outputs PyTorch
+    `finished` in its trials, where the judge's own rule needs the share."""
+    return (v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
+            and (every or finished))
 
 
 class _Stop(Exception):
@@ -101,7 +104,7 @@ class Examination:
                         started = time.monotonic()
                         self._timing()
                         self._contended(started, time.monotonic())
-                    if wants_profile(self.v) and not self.profiled:
+                    if self._wants_profile() and not self.profiled:
                         self._profile()
             self.child.send({"op": P.OP_BYE})
         except _Stop:
@@ -223,18 +226,23 @@ class Examination:
         deadline = t0 + cfg.timing_timeout_s
         drive.ask(self.child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
         self.durations["warmup_s"] = time.monotonic() - t0
-        order = list(range(len(ref.timing_seeds)))
         rng = random.Random()
-        rng.shuffle(order)  # fresh inputs per call, in an order the child cannot predict
-        # The profiled call is one of the timed calls, at a place no count of calls tells.
-        profile_at = rng.randrange(len(order)) if wants_profile(self.v) and len(order) > 1 else None
+        # Fresh inputs per call, in an order the child cannot predict; half the checked calls among the first
+        # BUDGET_MIN_CALLS, which the time budget never cuts.
+        order = timed_order([s is not None for s in ref.samples], BUDGET_MIN_CALLS, rng)
+        # The profiled call is one of the timed calls, at a place no count of calls tells (among those the
+        # budget never cuts).
+        head = min(len(order), BUDGET_MIN_CALLS)
+        profile_at = rng.randrange(head) if self._wants_profile() and len(order) > 1 else None
         answers: list[dict[str, Any]] = []
         phases: dict[str, float] = {}
         clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
-                                       [ref.positions[i] for i in order], deadline, profile_at, answers, phases)
+                                       [ref.positions[i] for i in order], deadline, profile_at, answers, phases,
+                                       budget=(cfg.timing_budget_s, BUDGET_MIN_CALLS))
         self.durations["timing_s"] = time.monotonic() - t0
         self.durations.update({f"timing_{part}_s": s for part, s in phases.items()})
-        self.durations["timed_calls"] = len(order)
+        self.durations["timed_calls"] = len(got)
+        order = order[:len(got)]  # the calls made
         # Outputs PyTorch finished, in the trials or in any timed call (a candidate may change course once timed)
         calls = self.trial_evidence + [dict(a.get("evidence") or {}) for a in answers]
         if flags := finished_elsewhere_flags(calls, self.v.coverage, self.slot.on_gpu):
@@ -294,6 +302,10 @@ class Examination:
         second = recheck_timing(mine, twin, self.cfg, self.slot.on_gpu)
         self.v.details["recheck"] = {"first": first.reason, "made": True, "consistent": second.consistent}
         return second, mine
+
+    def _wants_profile(self) -> bool:
+        finished = any(int(ev.get("outputs_finished", 0) or 0) > 0 for ev in self.trial_evidence)
+        return wants_profile(self.v, self.cfg.coverage, finished)
 
     def _profile(self) -> None:
         """GPU-time coverage of one call, for a correct candidate whose timed calls did not measure it (a

@@ -49,6 +49,7 @@ TRUSTED_BOUND = 1 << 40  # the reference child runs no candidate code: its answe
 FORMAT = 5  # bump when the cached Reference record changes
 MIN_TIMED_CALLS = 5  # however big the outputs
 DRAW_CHECKED_CALLS = 16  # timed calls of a draw whose outputs are compared (the timed reference run: all)
+BUDGET_MIN_CALLS = 20  # a candidate's timed calls before its time budget may stop them
 
 
 @dataclass
@@ -297,6 +298,26 @@ def trial_order(ref: Reference, rng: random.Random) -> list[int]:
     order = list(range(len(ref.trials)))
     rng.shuffle(order)
     return order
+
+
+def timed_order(checked: list[bool], head: int, rng: random.Random) -> list[int]:
+    """The order of a candidate's timed calls (indices into the draw's timing seeds): random, except that
+    the first `head` places (the calls a time budget never cuts, evaluator.timing_budget_s) hold half of
+    the calls whose outputs are compared (`checked`), so a candidate stopped early is still checked; the
+    rest of them, among the other calls, check the tail. The child sees only fresh seeds either way."""
+    want = [i for i, c in enumerate(checked) if c]
+    rest = [i for i, c in enumerate(checked) if not c]
+    rng.shuffle(want)
+    rng.shuffle(rest)
+    head = min(head, len(checked))
+    early = want[:min((len(want) + 1) // 2, head)]
+    first = early + rest[:head - len(early)]
+    first += want[len(early):len(early) + head - len(first)]  # too few unchecked calls to fill the head
+    taken = set(first)
+    tail = [i for i in want + rest if i not in taken]
+    rng.shuffle(first)
+    rng.shuffle(tail)
+    return first + tail
 
 
 def decoy_place(trials: int, rng: random.Random) -> int:

@@ -87,7 +87,10 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
     from kforge.evaluator.contention import GpuActivity
 
     activity = GpuActivity()  # the learner's steps and the engine's calls, for the pool's timed runs
-    pool = EvalPool(cfg.evaluator, devices=plan.eval or None, activity=activity)
+    # The profiled share of GPU time costs a profiler start-up per candidate: measured for all only when used.
+    uses_coverage = cfg.reward.coverage_scaled_speed or cfg.learner.min_coverage is not None
+    evaluator = cfg.evaluator.model_copy(update={"coverage": True}) if uses_coverage else cfg.evaluator
+    pool = EvalPool(evaluator, devices=plan.eval or None, activity=activity)
     learner = backend = None
     sampling = sampling_from_config(cfg)  # the learner scores tokens under what the engine sampled with
     try:

@@ -209,10 +209,13 @@ def main(argv: list[str] | None = None) -> int:
                 while True:
                     pool.evaluate_many(jobs)
             rounds, verdicts = [], []
-            for _ in range(args.rounds):
+            for r in range(args.rounds):
                 t0 = time.monotonic()
                 verdicts.append(pool.evaluate_many(jobs))
                 rounds.append(time.monotonic() - t0)
+                bad = sum(1 for v in verdicts[-1] if not v.correct or v.flags)
+                print(f"round {r + 1}: {len(jobs)} checks in {rounds[-1]:.1f} s, {bad} not `correct` or flagged",
+                      flush=True)
             device = pool.gpu_names[0] if gpu else "CPU (Triton interpreter)"
     finally:
         for proc in helpers:

@@ -66,8 +66,9 @@ for s in "$@"; do
                [ -d "$root/kforge" ] || { echo "latency needs .evalcarry/base (git archive of the before)"; continue; }
                KFORGE_BENCH_ROOT=$root run "latency_1_$side" 200 python3 bench/judge_latency.py --workers 1 --rounds 2 \
                  --count 4 --cache-dir "/tmp/kc-lat-$side"
+               copies=6; [ "$side" = base ] && copies=2  # before: every timing holds the GPU ~7 s
                KFORGE_BENCH_ROOT=$root run "latency_16_$side" 200 python3 bench/judge_latency.py --workers 16 \
-                 --copies 4 --rounds 1 --cache-dir "/tmp/kc-lat-$side"
+                 --copies $copies --rounds 1 --cache-dir "/tmp/kc-lat-$side"
                grep -E "medians|checks/min|not .correct" "$OUT/latency_1_$side.log" "$OUT/latency_16_$side.log" | cut -c1-400
              done ;;
     load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers 4 \

@@ -157,7 +157,7 @@ def candidates(sets: list[str], rows: int, cols: int, cpu: bool) -> list[tuple[s
     return items
 
 
-STAGES = ("fork_s", "cuda_init_s", "import_s", "first_trial_s", "correctness_s", "warmup_s", "timing_s", "timing_window_s",
+STAGES = ("fork_s", "cuda_init_s", "import_s", "first_call_s", "first_trial_s", "correctness_s", "warmup_s", "timing_s", "timing_window_s",
           "timing_answer_s", "timing_read_s", "profile_s", "recheck_s")
 
 
@@ -213,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 verdicts.append(pool.evaluate_many(jobs))
                 rounds.append(time.monotonic() - t0)
-                bad = sum(1 for v in verdicts[-1] if not v.correct or v.flags)
-                print(f"round {r + 1}: {len(jobs)} checks in {rounds[-1]:.1f} s, {bad} not `correct` or flagged",
-                      flush=True)
+                bad = [f"{label}: {v.status.value} {v.flags} {str(v.details.get('reason'))[:160]}"
+                       for (label, _p, _c), v in zip(items, verdicts[-1]) if not v.correct or v.flags]
+                print(f"round {r + 1}: {len(jobs)} checks in {rounds[-1]:.1f} s, {len(bad)} not `correct` or flagged",
+                      *bad, sep="\n    ", flush=True)
             device = pool.gpu_names[0] if gpu else "CPU (Triton interpreter)"
     finally:
         for proc in helpers:

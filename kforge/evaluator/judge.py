@@ -95,6 +95,8 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
             flags.append("kernel_not_on_trial_data")
         elif int(ev.get("outputs_unwritten", 0) or 0) > 0:
             flags.append("output_not_from_kernel")
+        if int(ev.get("outputs_overwritten", 0) or 0) > 0:  # its bytes changed after the kernel's last launch on it
+            flags.append("output_not_from_kernel")
         if ev.get("aliases_input"):
             flags.append("output_aliases_input")
         flags += [str(p) for p in ev.get("patched", []) or []]

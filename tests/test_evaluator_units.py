@@ -708,6 +708,16 @@ def test_a_launch_is_recorded_once_it_returned_and_leaves_its_sample() -> None:
     assert guard.written.overwritten([y]) == 1
 
 
+def test_only_an_answer_with_the_candidates_kernel_on_its_data_shows_it_compiled() -> None:
+    """An answered call once showed compilation whatever ran in it: zeros with no kernel, then a kernel that
+    does not compile, was `runtime_error` (the compile reward)."""
+    from kforge.evaluator.judge import shows_compiled
+
+    assert not shows_compiled({}) and not shows_compiled({"kernels": 0, "kernels_on_data": 0})
+    assert not shows_compiled({"kernels": 1, "kernels_on_data": 0})  # a token launch on data of its own
+    assert shows_compiled({"kernels": 1, "kernels_on_data": 1})
+
+
 def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_copy_out() -> None:
     """weakref_callback.py's mechanism, in-process: forward returns an uncomputed output and hangs the work on a
     WeakIdRef callback of its input. The harness once let the inputs go (`del inputs`) before the copy-out, so

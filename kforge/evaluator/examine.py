@@ -14,7 +14,8 @@ What went wrong is the parent's to say, from what it saw: an error, a hang, a cr
 before the child answered its first call is a compile error, whatever the child called it or did. A
 Triton kernel compiles at its first launch, and the child's words (an exception's class) are the
 candidate's to choose: a try/except could turn a compile failure into a RuntimeError. Only a call that
-ran to its answer shows that the candidate's code compiled; after one, a runtime error (or timeout, crash),
+ran to its answer with a kernel of the candidate's launched on its data shows that the candidate's code
+compiled (an answer of zeros without one shows nothing); after one, a runtime error (or timeout, crash),
 unless the child claims the lesser compile error.
 """
 
@@ -35,7 +36,8 @@ from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import (check_samples, check_timing, finished_elsewhere_flags, judge_trials,
-                                    meta_mismatch, parent_ms_per_call, timed_evidence_flags, timings_from)
+                                    meta_mismatch, parent_ms_per_call, shows_compiled, timed_evidence_flags,
+                                    timings_from)
 from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
 from kforge.evaluator.verdict import Status, Verdict
@@ -66,7 +68,9 @@ class Examination:
         self.child: Child | None = None
         self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
         self.profiled = False  # coverage came from one of the timed calls
-        self.answered = False  # a call ran to its answer: the one thing that shows the code compiled
+        # A call ran to its answer with a kernel of the candidate's launched on its data (judge.shows_compiled):
+        # the one thing that shows the code compiled.
+        self.answered = False
         self.trial_evidence: list[dict[str, Any]] = []  # per trial, what the child reported of its launches
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
@@ -186,8 +190,8 @@ class Examination:
             where = ref.trial_positions[k] if ref.trial_positions is not None else P.ALL
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
-            self.answered = True
             evidence[k] = dict(ans.get("evidence") or {})
+            self.answered = self.answered or shows_compiled(evidence[k])
             self._note_lockdown(evidence[k])
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
@@ -302,13 +306,15 @@ class Examination:
 
     # --- endings -----------------------------------------------------------------------------
     def _failed(self, status: Status) -> Status:
-        """The status of a failure the parent saw: whatever ended a child before it answered a call (an
-        error, a hang, a crash, a broken protocol) is a compile error; it never compiled as far as the
-        parent knows, and a candidate must not buy the compile reward by hanging, dying or naming its error."""
+        """The status of a failure the parent saw: whatever ended a child before it answered a call with a
+        kernel of the candidate's launched on the call's data (an error, a hang, a crash, a broken protocol)
+        is a compile error; it never compiled as far as the parent knows, and a candidate must not buy the
+        compile reward by hanging, dying, naming its error or answering a call without its kernels."""
         if self.answered:
             return status
         if status is not Status.COMPILE_ERROR and self.stage != "import":
-            self.v.details["reason"] = "no call ran to its answer, so nothing is known to have compiled"
+            self.v.details["reason"] = ("no call ran to its answer with a kernel of the candidate's launched on its "
+                                        "data, so nothing is known to have compiled")
         return Status.COMPILE_ERROR
 
     def _child_error(self, msg: dict[str, Any]) -> None:

@@ -430,6 +430,12 @@ ATTACKS = [
            "a kernel that does not compile, its failure re-raised as RuntimeError in forward: the child's exception "
            "class once decided (runtime_error, worth the compile reward); only a call that ran to its answer shows "
            "that the code compiled", item=6),
+    Attack("compile_after_zeros.py", {"all": "compile_error", "bare": "compile_error"},
+           "answers its first call with zeros and no kernel, then launches a kernel that does not compile: any "
+           "answered call counted as compiled (`runtime_error`, worth the compile reward). Only a call answered "
+           "with a kernel of the candidate's launched on its data shows that it compiled", item=6),
+    Attack("compile_fails.py", {"all": "compile_error", "bare": "compile_error"},
+           "the control: compile_after_zeros.py without its first answer", item=6),
     Attack("import_hang.py", {"short_import": "compile_error"},
            "a child that spins before READY never compiled: compile_error, not timeout (which was worth the "
            "compile reward)", item=6),

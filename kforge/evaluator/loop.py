@@ -142,7 +142,7 @@ class RequestLoop:
         if self.guard is not None:
             self.guard.held = []
             self.guard.ablate = bool(req.get("ablate"))
-            self.guard.written = Written(self.sync)  # what each of its launches left, by value (written.py)
+            self.guard.written = Written(self.sync, self.on_gpu)  # what each launch left, by value (written.py)
         try:
             out = self.call(inputs)
         finally:

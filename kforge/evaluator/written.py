@@ -13,7 +13,8 @@ candidate's last launch on it, by whatever did it (PyTorch, numpy, a library's k
 
 Evidence like the rest of the child's: the candidate can rewrite it only with the in-process layers broken,
 and it may add a flag, never remove one. What it cannot see: a launch of the candidate's on the output after
-PyTorch's op (a kernel that stores back what it loads): the values are then what a kernel wrote last.
+PyTorch's op (a kernel that stores back what it loads, or copies PyTorch's result in): the values are then what
+a kernel wrote last; nor a launch captured into a CUDA graph, which leaves no sample.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def _bytes(storage: Any) -> torch.Tensor:
 class Written:
     """One trial's latest sample of each storage the candidate's launches were handed."""
 
-    def __init__(self, sync: Callable[[], None]) -> None:
+    def __init__(self, sync: Callable[[], None], on_gpu: bool = False) -> None:
         self.sync = sync
+        self.capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing if on_gpu else (lambda: False)
         self.gen = torch.Generator()
         self.gen.seed()  # from the system's random source: the positions are not the candidate's to know
         # (start, end) of a storage -> its bytes, the positions sampled (None: all), the values they held
@@ -55,7 +57,10 @@ class Written:
         return flat.clone() if where is None else flat.index_select(0, where)
 
     def after_launch(self, tensors: list[Any]) -> None:
-        """A launch of the candidate's returned: sample every storage it was handed, as it is now."""
+        """A launch of the candidate's returned: sample every storage it was handed, as it is now. A launch
+        captured into a CUDA graph ran nothing yet (and a sync would break the capture): it leaves no sample."""
+        if self.capturing():
+            return
         self.sync()  # the launch's work is done, and nothing the candidate enqueues after it has run yet
         for t in tensors:
             if not isinstance(t, torch.Tensor) or not t.numel():

@@ -466,7 +466,7 @@ ATTACKS = [
            "the gap the values leave: PyTorch computes the answer into a tensor of its own and a copy kernel "
            "writes it into the output, so what a kernel wrote last is what is returned, and the decoy trial sees "
            "the copy needed. `correct`, no flag, on the CPU (correctness only: no speed is rewarded there); on "
-           "a GPU coverage (COVERAGE below) scales its speed reward by the copy's small share of GPU time",
+           "a GPU the copy's share of the GPU time (coverage) scales its speed reward",
            item=4),
 ]
 
@@ -499,7 +499,6 @@ COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("prefix_name.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
             ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("../attacks/decoy_canary.py", "relu", "triton", (0.0, 0.6), "output_not_from_kernel"),
-            ("../attacks/torch_then_copy.py", "relu", "triton", (0.0, 0.6), ""),
             ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]
 
 

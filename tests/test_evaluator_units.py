@@ -650,6 +650,74 @@ def test_a_small_output_pytorch_finished_is_judged_by_who_did_the_gpu_work() -> 
     assert big["outputs_unwritten"] == 1 and "output_not_from_kernel" in flags_from_evidence([big])
 
 
+def test_an_output_written_after_the_candidates_last_launch_on_it_is_told_by_its_values() -> None:
+    """copy_then_clamp.py: a copy kernel into the output, then `out.clamp_min_(0.0)` into that same tensor. The
+    storage was handed to a kernel, so the launch evidence counted it as the kernel's (`correct`, no flag).
+    Now each launch leaves a sample of its storages (written.py) and the returned output must still hold it."""
+    from kforge.evaluator.judge import flags_from_evidence
+    from kforge.evaluator.written import EDGE_BYTES, WHOLE_BYTES, Written
+
+    x = torch.randn(48, 40)
+    out = torch.empty_like(x)
+    w = Written(lambda: None)
+    out.copy_(x)  # stands for the copy kernel
+    w.after_launch([x, out])
+    assert w.overwritten([out, out.t(), out.view(-1)]) == 0  # views of what the kernel wrote are its
+    assert w.overwritten([out / 2.0]) == 0  # a new tensor: the launch evidence's to judge (outputs_unwritten)
+    out.clamp_min_(0.0)
+    assert w.overwritten([out]) == 1 and w.overwritten([out[:1]]) == 1
+    ev = {"kernels": 1, "kernels_on_data": 1, "outputs_unwritten": 0, "outputs_overwritten": 1}
+    assert flags_from_evidence([ev]) == ["output_not_from_kernel"]
+    w.after_launch([out])  # a later launch on it (a kernel that stores what it loads): the values are its own
+    assert w.overwritten([out]) == 0
+    # A storage too large to keep is sampled (its first and last bytes always), so memory stays bounded.
+    big = torch.zeros(WHOLE_BYTES)  # 4 x WHOLE_BYTES bytes
+    w.after_launch([big])
+    start = big.untyped_storage().data_ptr()
+    _, where, kept = w.kept[(start, start + big.nbytes)]
+    assert where is not None and kept.numel() == where.numel() < big.nbytes // 64
+    big[-EDGE_BYTES // 4:] = 1.0  # in its last bytes, always among the sampled ones
+    assert w.overwritten([big]) == 1
+
+
+def test_a_launch_is_recorded_once_it_returned_and_leaves_its_sample() -> None:
+    """compile_after_zeros.py: a launch that failed (a kernel that does not compile) was recorded before it ran,
+    so a call that caught the failure still showed a launch. Now only one that returned is recorded; an
+    extension's launch (load_inline: every call of its functions) samples its arguments and what it returned."""
+    import types
+
+    from kforge.evaluator.guard import Guard, recording_module
+    from kforge.evaluator.written import Written
+
+    def broken(x):
+        raise RuntimeError("the kernel stopped")
+
+    ext = types.ModuleType("ext")
+    ext.broken, ext.relu = broken, lambda x: x.clamp_min(0.0)
+    guard = Guard("/nowhere/candidate.py", held=[])
+    guard.written = Written(lambda: None)
+    proxy = recording_module(ext, guard)
+    x = torch.randn(8)
+    with pytest.raises(RuntimeError):
+        proxy.broken(x)
+    assert guard.launches == [] and guard.written.kept == {}
+    y = proxy.relu(x)
+    assert len(guard.launches) == 1 and len(guard.written.kept) == 2  # x and what it returned
+    assert guard.written.overwritten([y]) == 0
+    y.mul_(2.0)
+    assert guard.written.overwritten([y]) == 1
+
+
+def test_only_an_answer_with_the_candidates_kernel_on_its_data_shows_it_compiled() -> None:
+    """An answered call once showed compilation whatever ran in it: zeros with no kernel, then a kernel that
+    does not compile, was `runtime_error` (the compile reward)."""
+    from kforge.evaluator.judge import shows_compiled
+
+    assert not shows_compiled({}) and not shows_compiled({"kernels": 0, "kernels_on_data": 0})
+    assert not shows_compiled({"kernels": 1, "kernels_on_data": 0})  # a token launch on data of its own
+    assert shows_compiled({"kernels": 1, "kernels_on_data": 1})
+
+
 def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_copy_out() -> None:
     """weakref_callback.py's mechanism, in-process: forward returns an uncomputed output and hangs the work on a
     WeakIdRef callback of its input. The harness once let the inputs go (`del inputs`) before the copy-out, so

@@ -373,7 +373,7 @@ def test_a_correct_flagged_candidate_still_gets_coverage_and_none_of_its_kernels
     from types import SimpleNamespace
 
     from kforge.evaluator.coverage import kernel_times
-    from kforge.evaluator.examine import wants_profile
+    from kforge.evaluator.timing_stage import wants_profile
     from kforge.evaluator.verdict import Status, Verdict
 
     for flags in ([], ["kernel_not_needed"], ["timing_inconsistent"], ["timed_output_mismatch"]):

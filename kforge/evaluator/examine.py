@@ -14,7 +14,8 @@ What went wrong is the parent's to say, from what it saw: an error, a hang, a cr
 before the child answered its first call is a compile error, whatever the child called it or did. A
 Triton kernel compiles at its first launch, and the child's words (an exception's class) are the
 candidate's to choose: a try/except could turn a compile failure into a RuntimeError. Only a call that
-ran to its answer shows that the candidate's code compiled; after one, a runtime error (or timeout, crash),
+ran to its answer with a kernel of the candidate's launched on its data shows that the candidate's code
+compiled (an answer of zeros without one shows nothing); after one, a runtime error (or timeout, crash),
 unless the child claims the lesser compile error.
 """
 
@@ -34,31 +35,19 @@ from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
-from kforge.evaluator.judge import (Clock, TimingCheck, check_samples, check_timing, finished_elsewhere_flags,
-                                    judge_trials, meta_mismatch, parent_ms_per_call, recheck_timing,
-                                    timed_evidence_flags, timings_from)
+from kforge.evaluator.judge import judge_trials, meta_mismatch, shows_compiled
 from kforge.evaluator.own_text import candidate_error, own_words
-from kforge.evaluator.recheck import TwinFailed, paired_calls
-from kforge.evaluator.reference import BUDGET_MIN_CALLS, Reference, decoy_place, fresh_seeds, timed_order, trial_order
+from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
+from kforge.evaluator.timing_stage import TimingStage
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.kernel_backends import KERNEL_BACKENDS
-
-
-def wants_profile(v: Verdict, every: bool = True, finished: bool = False) -> bool:
-    """Whether a verdict gets its GPU-time coverage measured: a correct one, flagged or not (a flag ends
-    timing, not the question how much of the work was the candidate's), unless its child already broke
-    when called again, or timing means nothing here (the Triton interpreter); with `every` off
-    (`evaluator.coverage`: a profiler start-up costs seconds per child) only one whose outputs PyTorch
-    `finished` in its trials, where the judge's own rule needs the share."""
-    return (v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
-            and (every or finished))
 
 
 class _Stop(Exception):
     """Ends the conversation early with the verdict as it stands."""
 
 
-class Examination:
+class Examination(TimingStage):
     def __init__(self, ctx: PoolContext, slot: Slot, ref: Reference, v: Verdict,
                  drawn: Future[Reference] | None = None) -> None:
         """`ref`: the reference's timing and layout; `drawn`: the same with this evaluation's inputs, still
@@ -71,7 +60,9 @@ class Examination:
         self.child: Child | None = None
         self.ready_evidence: list[dict[str, Any]] = []  # what each child said about itself at READY
         self.profiled = False  # coverage came from one of the timed calls
-        self.answered = False  # a call ran to its answer: the one thing that shows the code compiled
+        # A call ran to its answer with a kernel of the candidate's launched on its data (judge.shows_compiled):
+        # the one thing that shows the code compiled.
+        self.answered = False
         self.trial_evidence: list[dict[str, Any]] = []  # per trial, what the child reported of its launches
 
     def run(self, code: str, problem_code: str, backend: str, build_dir: str | None) -> Verdict:
@@ -202,8 +193,8 @@ class Examination:
             where = ref.trial_positions[k] if ref.trial_positions is not None else P.ALL
             ans, answers[k] = drive.trial(self.child, k, seed, signed, ref.meta, ref.slots, where, deadline,
                                           check=meta_mismatch)
-            self.answered = True
             evidence[k] = dict(ans.get("evidence") or {})
+            self.answered = self.answered or shows_compiled(evidence[k])
             self._note_lockdown(evidence[k])
             if k == order[0]:
                 self.durations["first_trial_s"] = time.monotonic() - t0
@@ -221,116 +212,6 @@ class Examination:
         if not needed:
             v.flags.append("kernel_not_needed")
             v.details.setdefault("reason", "the outputs were right with the candidate's kernels skipped")
-
-    def _contended(self, start: float, end: float) -> None:
-        """Name the roles that used this device while the candidate was timed (a skewed speedup)."""
-        roles = self.ctx.activity.overlapping(self.slot.index, start, end) if self.ctx.activity else []
-        roles += [f"{role} (reference)" for role in self.ref.contended]  # its baseline is skewed too
-        if roles:
-            self.v.details["timing_contended"] = roles
-
-    def _timing(self) -> None:
-        assert self.child is not None
-        self.stage = "timing"
-        ref, cfg = self.ref, self.cfg
-        t0 = time.monotonic()
-        deadline = t0 + cfg.timing_timeout_s
-        drive.ask(self.child, {"op": P.OP_WARMUP, "seeds": fresh_seeds(cfg.warmup_trials)}, P.WARM, deadline)
-        self.durations["warmup_s"] = time.monotonic() - t0
-        rng = random.Random()
-        # Fresh inputs per call, in an order the child cannot predict; half the checked calls among the first
-        # BUDGET_MIN_CALLS, which the time budget never cuts.
-        order = timed_order([s is not None for s in ref.samples], BUDGET_MIN_CALLS, rng)
-        # The profiled call is one of the timed calls, at a place no count of calls tells (among those the
-        # budget never cuts).
-        head = min(len(order), BUDGET_MIN_CALLS)
-        profile_at = rng.randrange(head) if self._wants_profile() and len(order) > 1 else None
-        answers: list[dict[str, Any]] = []
-        phases: dict[str, float] = {}
-        clock, got = drive.timed_calls(self.child, [ref.timing_seeds[i] for i in order], ref.meta, ref.slots,
-                                       [ref.positions[i] for i in order], deadline, profile_at, answers, phases,
-                                       budget=(cfg.timing_budget_s, BUDGET_MIN_CALLS))
-        self.durations["timing_s"] = time.monotonic() - t0
-        self.durations.update({f"timing_{part}_s": s for part, s in phases.items()})
-        self.durations["timed_calls"] = len(got)
-        order = order[:len(got)]  # the calls made
-        # Outputs PyTorch finished, in the trials or in any timed call (a candidate may change course once timed)
-        calls = self.trial_evidence + [dict(a.get("evidence") or {}) for a in answers]
-        if flags := finished_elsewhere_flags(calls, self.v.coverage, self.slot.on_gpu):
-            self.v.flags += flags
-            self.v.details["reason"] = "PyTorch made an output and did most of the GPU work (or none was measured)"
-        mismatch = check_samples(got, [ref.samples[i] for i in order], cfg)
-        if mismatch:
-            self.v.flags.append("timed_output_mismatch")
-            self.v.details["reason"] = "outputs of the timed calls were wrong: " + mismatch
-            return
-        if timed_evidence_flags(answers):  # the trials' kernels must be what was timed
-            self.v.flags.append("timed_call_without_kernel")
-            self.v.details["reason"] = "a timed call ran none of the candidate's kernels on its data"
-        if ref.clock is None:
-            return
-        self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
-        self.v.details["reference_overhead_ms"] = ref.clock.overhead_ms  # what that estimate subtracted
-        check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
-        if not check.consistent and check.kernel_ms is not None and not self.v.flags:
-            check, clock = self._recheck(check, clock)
-        # What the parent's own clock saw (least wall per call, the reference's over the candidate's), and
-        # whether the figure is the clock's floor rather than the report (a report it could not confirm).
-        if ref.clock.wall_ms and clock.wall_ms:
-            self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(clock.wall_ms), 1e-9)
-        self.v.details["timing_clamped"] = check.clamped
-        if not check.consistent:
-            self.v.flags.append("timing_inconsistent")
-            self.v.details["reason"] = check.reason
-        if self.v.flags:
-            return
-        if self.v.timing_meaningful:
-            self.v.timings = timings_from(clock.reported_ms)
-            self.v.kernel_ms = check.kernel_ms
-
-    def _recheck(self, first: TimingCheck, clock: Clock) -> tuple[TimingCheck, Clock]:
-        """Before a timing flag, the candidate again beside a trusted twin, call by call (recheck.py): the
-        flag stands only if the paired calls show it too. Their outputs and launch evidence are checked
-        like any timed call's; a twin that cannot run leaves the first finding."""
-        assert self.child is not None
-        t0 = time.monotonic()
-        answers: list[dict[str, Any]] = []
-        try:
-            mine, twin, got, want = paired_calls(self.ctx, self.slot, self.child, self.problem_code,
-                                                 self.ref.init_seed, self.ref.meta, self.ref.slots,
-                                                 self.ref.arena_bytes, answers)
-        except TwinFailed as exc:
-            self.v.details["recheck"] = {"first": first.reason, "made": False, "why": str(exc)}
-            return first, clock
-        finally:
-            self.durations["recheck_s"] = time.monotonic() - t0
-        if mismatch := check_samples(got, want, self.cfg):
-            self.v.flags.append("timed_output_mismatch")
-            self.v.details["reason"] = "outputs of the re-measured timed calls were wrong: " + mismatch
-        elif timed_evidence_flags(answers):
-            self.v.flags.append("timed_call_without_kernel")
-            self.v.details["reason"] = "a re-measured timed call ran none of the candidate's kernels on its data"
-        second = recheck_timing(mine, twin, self.cfg, self.slot.on_gpu)
-        self.v.details["recheck"] = {"first": first.reason, "made": True, "consistent": second.consistent}
-        return second, mine
-
-    def _wants_profile(self) -> bool:
-        finished = any(int(ev.get("outputs_finished", 0) or 0) > 0 for ev in self.trial_evidence)
-        return wants_profile(self.v, self.cfg.coverage, finished)
-
-    def _profile(self) -> None:
-        """GPU-time coverage of one call, for a correct candidate whose timed calls did not measure it (a
-        flagged one is not timed): one whose own kernels did none of the GPU work (decoy.py, flagged
-        kernel_not_needed) has coverage 0, not None."""
-        assert self.child is not None
-        self.stage = "timing"  # a child that breaks here broke when called again: failed_when_timed
-        t0 = time.monotonic()
-        deadline = t0 + self.cfg.timing_timeout_s
-        # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
-        prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
-        self.durations["profile_s"] = time.monotonic() - t0
-        cov = prof.get("coverage")
-        self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
 
     def _decoy(self) -> bool:
         """The decoy trial: whether the candidate's kernels were needed. Its own Triton launches are
@@ -357,13 +238,15 @@ class Examination:
 
     # --- endings -----------------------------------------------------------------------------
     def _failed(self, status: Status) -> Status:
-        """The status of a failure the parent saw: whatever ended a child before it answered a call (an
-        error, a hang, a crash, a broken protocol) is a compile error; it never compiled as far as the
-        parent knows, and a candidate must not buy the compile reward by hanging, dying or naming its error."""
+        """The status of a failure the parent saw: whatever ended a child before it answered a call with a
+        kernel of the candidate's launched on the call's data (an error, a hang, a crash, a broken protocol)
+        is a compile error; it never compiled as far as the parent knows, and a candidate must not buy the
+        compile reward by hanging, dying, naming its error or answering a call without its kernels."""
         if self.answered:
             return status
         if status is not Status.COMPILE_ERROR and self.stage != "import":
-            self.v.details["reason"] = "no call ran to its answer, so nothing is known to have compiled"
+            self.v.details["reason"] = ("no call ran to its answer with a kernel of the candidate's launched on its "
+                                        "data, so nothing is known to have compiled")
         return Status.COMPILE_ERROR
 
     def _child_error(self, msg: dict[str, Any]) -> None:

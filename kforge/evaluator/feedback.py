@@ -21,7 +21,8 @@ _FLAG_TEXT = {
     "failed_when_timed": "failed or hung when called again for timing",
     "protocol_violation": "the process sent messages the evaluator did not ask for",
     "kernel_not_needed": "the outputs were right with the candidate's kernels skipped: PyTorch did the work",
-    "output_not_from_kernel": "an output was made by PyTorch, not written by the candidate's kernels",
+    "output_not_from_kernel": ("an output was made by PyTorch, or written by it after the candidate's last kernel "
+                               "on it, not written by the candidate's kernels"),
     "timed_call_without_kernel": "a timed call ran none of the candidate's kernels on its data",
 }
 

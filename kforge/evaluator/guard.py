@@ -16,9 +16,11 @@ their own. The parent's checks (its own trials, comparison, clock and output sam
   CPython raises no audit event for a plain class-attribute assignment (`JITFunction.run = f`):
   the static check refuses it in source, and the harness's identity check reports it afterwards.
 - The launch recorder wraps Triton's `JITFunction.run` (and the interpreter's) and load_inline
-  extension functions. A launch counts as the candidate's kernel only when the function was
-  defined in the candidate's file; the harness then checks that it touched the trial's tensors.
-  In the decoy trial (`Guard.ablate`) the candidate's Triton launches are skipped.
+  extension functions, and records a launch once it returned (one that failed to compile never
+  launched). A launch counts as the candidate's kernel only when the function was defined in the
+  candidate's file; the harness then checks that it touched the trial's tensors. In a trial each such
+  launch also leaves a sample of what it wrote (`Guard.written`, written.py). In the decoy trial
+  (`Guard.ablate`) the candidate's Triton launches are skipped.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class Guard:
     held: list[Any] | None = None
     patched: dict[str, tuple[Any, str, Any]] = field(default_factory=dict)
     ablate: bool = False  # skip the candidate's own Triton launches (the parent's decoy trial)
+    written: Any = None  # in a trial, a written.Written: what each launch of the candidate's left in its storage
     cuda_kernels: set[str] = field(default_factory=set)  # __global__ names of its load_inline sources
     cuda_namespaces: set[str] = field(default_factory=set)
 
@@ -263,15 +266,22 @@ def install_launch_recorder(guard: Guard, interpreter: bool) -> None:
         orig = cls.run
 
         def run(self: Any, *args: Any, __orig: Callable[..., Any] = orig, **kwargs: Any) -> Any:
-            if not kwargs.get("warmup", False):
-                fn = getattr(self, "fn", None)
-                code = getattr(fn, "__code__", None)
-                own = getattr(code, "co_filename", "") == cand
-                if own and guard.ablate:
-                    return None  # the decoy trial: does the answer still come out right without it?
-                launches.append(Launch(own, getattr(fn, "__name__", ""), _storage_ranges(args, kwargs)))
-                _hold(guard, args, kwargs)
-            return __orig(self, *args, **kwargs)
+            if kwargs.get("warmup", False):
+                return __orig(self, *args, **kwargs)
+            fn = getattr(self, "fn", None)
+            code = getattr(fn, "__code__", None)
+            own = getattr(code, "co_filename", "") == cand
+            if own and guard.ablate:
+                return None  # the decoy trial: does the answer still come out right without it?
+            # Recorded once it returned: a kernel that failed to compile (Triton compiles at the first launch)
+            # did not launch, and a call that caught the failure must not show it did.
+            ranges = _storage_ranges(args, kwargs)
+            result = __orig(self, *args, **kwargs)
+            launches.append(Launch(own, getattr(fn, "__name__", ""), ranges))
+            _hold(guard, args, kwargs)
+            if own and guard.written is not None:
+                guard.written.after_launch(list(args) + list(kwargs.values()))
+            return result
 
         cls.run = run
         guard.patched[f"{cls.__module__}.{cls.__name__}.run"] = (cls, "run", run)
@@ -285,14 +295,14 @@ def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
         attr = getattr(mod, name)
         if callable(attr) and not name.startswith("_"):
             def call(*a: Any, __f: Callable[..., Any] = attr, **k: Any) -> Any:
-                launch = Launch(True, "", _storage_ranges(a, k))
-                launches.append(launch)
-                _hold(guard, a, k)
+                ranges = _storage_ranges(a, k)
                 out = __f(*a, **k)
                 # What it returns is what it wrote (an extension allocates its outputs itself).
                 outs = list(out) if isinstance(out, (list, tuple)) else [out]
-                launch.ranges += _storage_ranges(outs, {})
-                _hold(guard, outs, {})
+                launches.append(Launch(True, "", ranges + _storage_ranges(outs, {})))  # once it returned
+                _hold(guard, list(a) + outs, k)
+                if guard.written is not None:
+                    guard.written.after_launch(list(a) + list(k.values()) + outs)
                 return out
 
             setattr(proxy, name, call)

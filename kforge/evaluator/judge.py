@@ -54,6 +54,16 @@ def judge_trials(trials: list[tuple[int, bool]], answers: list[Any], expected: l
     return f
 
 
+def shows_compiled(evidence: dict[str, Any]) -> bool:
+    """Whether an answered trial shows the parent that the candidate's code compiled: its evidence holds a
+    launch of the candidate's own kernel, returned, on the call's data (Triton compiles at the first launch; a
+    CUDA extension's function ran, built by its build child). An answer alone shows nothing: a first call
+    answered with zeros and no kernel, then a kernel that does not compile, was `runtime_error`. The
+    evidence is the candidate's to forge only with the in-process layers broken, and under-reporting only
+    costs it the compile reward."""
+    return int(evidence.get("kernels_on_data", 0) or 0) > 0
+
+
 def timed_evidence_flags(answers: list[dict[str, Any]]) -> list[str]:
     """`timed_call_without_kernel` when a timed call's own launch evidence shows no kernel of the candidate's
     on its data, or an output none of them wrote: the trials' kernels must be what was timed (a candidate
@@ -94,6 +104,8 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
         elif int(ev.get("kernels_on_data", 0) or 0) == 0:
             flags.append("kernel_not_on_trial_data")
         elif int(ev.get("outputs_unwritten", 0) or 0) > 0:
+            flags.append("output_not_from_kernel")
+        if int(ev.get("outputs_overwritten", 0) or 0) > 0:  # its bytes changed after the kernel's last launch on it
             flags.append("output_not_from_kernel")
         if ev.get("aliases_input"):
             flags.append("output_aliases_input")

@@ -133,7 +133,8 @@ def explain() -> list[tuple[str, bool, str]]:
          "one request per call on fresh inputs; mean report checked and raised to the parent's clock"),
         ("[parent] decoy trial without the candidate's kernels", True,
          "right outputs with its Triton launches skipped: kernel_not_needed"),
-        ("[parent] failure category from the stage the parent saw", True, "before READY: compile_error"),
+        ("[parent] failure category from the stage the parent saw", True,
+         "before a call answered with its kernel on the call's data: compile_error"),
         ("[parent] never follows a child-writable path", True, "stderr read with O_NOFOLLOW; build state kept outside"),
         ("own session / process group", True, "setsid; the parent kills the group on timeout"),
         ("cgroup (kills detached processes)", c.cgroup, "cgroup v2 child group + cgroup.kill + cgroup.freeze" if c.cgroup
@@ -178,6 +179,6 @@ def explain() -> list[tuple[str, bool, str]]:
         ("[in-process] audit hook", True, "frames, gc, ctypes, files, processes, sockets refused; no new code or "
          "unpickling with a candidate frame on the stack"),
         ("[in-process] launch evidence", True, "real triton.jit kernels of the candidate's file, on the call's tensors, "
-         "writing its outputs, in every trial and timed call"),
+         "writing its outputs, in every trial and timed call; in the trials, outputs unchanged after its last launch"),
     ]
     return rows

@@ -23,6 +23,7 @@ from kforge.evaluator import protocol as P
 from kforge.evaluator.arena_writer import ArenaWriter
 from kforge.evaluator.coverage import kernel_coverage, kernel_times
 from kforge.evaluator.wire import read_pickle_blocking, send_message
+from kforge.evaluator.written import Written
 
 # Bound before any candidate code runs: the loop times and syncs through these.
 _perf = time.perf_counter
@@ -141,6 +142,7 @@ class RequestLoop:
         if self.guard is not None:
             self.guard.held = []
             self.guard.ablate = bool(req.get("ablate"))
+            self.guard.written = Written(self.sync, self.on_gpu)  # what each launch left, by value (written.py)
         try:
             out = self.call(inputs)
         finally:
@@ -152,6 +154,8 @@ class RequestLoop:
         if self.guard is not None:
             in_ranges, out_ranges = _ranges(inputs), _ranges(out)
             ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges, out_ranges)
+            ev["outputs_overwritten"] = self.guard.written.overwritten(out)
+            self.guard.written = None
             ev["aliases_input"] = any(a < e and s < b for a, b in out_ranges for s, e in in_ranges)
             ev["equals_input"] = any(isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and x.shape == o.shape
                                      and x.dtype == o.dtype and bool(torch.equal(x, o)) for o in out for x in inputs)

@@ -117,9 +117,30 @@ def get_init_inputs():
     return []
 '''
 
+# A small output from large inputs (KernelBench's matrix-vector product, level 1, 4, at a small size).
+MATVEC = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(32, 1024), torch.randn(1024, 1)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 PROBLEMS = {"relu": (1, 9001, "9001_Tiny_ReLU", RELU), "scale": (1, 9002, "9002_Tiny_Scale", SCALE),
             "tanh_gelu": (1, 9004, "9004_Tiny_TanhGELU", TANH_GELU), "softmax": (1, 9005, "9005_Tiny_Softmax", SOFTMAX),
-            "mse": (1, 9006, "9006_Small_MSELoss", MSE)}
+            "mse": (1, 9006, "9006_Small_MSELoss", MSE), "matvec": (1, 9007, "9007_Small_MatVec", MATVEC)}
 
 
 @dataclass(frozen=True)
@@ -379,6 +400,18 @@ ATTACKS = [
            "torch.ops.aten is banned in source; without the static check the kernel's copy is needed (the decoy "
            "trial sees it), but the output is PyTorch's relu of it, which no kernel of the candidate's wrote",
            item=4),
+    Attack("copy_then_clamp.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
+           "a copy kernel into the output it allocated, then PyTorch's `out.clamp_min_(0.0)` into that same tensor: "
+           "the output was handed to a kernel, so it counted as the kernel's. What a kernel of the candidate's "
+           "wrote last into the output's storage must be what is returned", item=4),
+    Attack("copy_then_log_softmax.py", {"all": "correct+output_not_from_kernel",
+                                        "bare": "correct+output_not_from_kernel"},
+           "the same on softmax: `out.copy_(torch.log_softmax(out, -1).exp())` after a copy kernel into `out`",
+           problem="softmax", item=4),
+    Attack("zeros_then_einsum.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
+           "a kernel zero-fills a small output, then `out.add_(torch.einsum(...))` computes all of it: a kernel "
+           "touched the output, so its GPU share was never asked (on a CPU nothing measures it)", problem="matvec",
+           item=4),
     Attack("root_files.py", {"bare": "compile_error"},
            "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
     Attack("host_text.py", {"bare": "compile_error"},
@@ -397,6 +430,12 @@ ATTACKS = [
            "a kernel that does not compile, its failure re-raised as RuntimeError in forward: the child's exception "
            "class once decided (runtime_error, worth the compile reward); only a call that ran to its answer shows "
            "that the code compiled", item=6),
+    Attack("compile_after_zeros.py", {"all": "compile_error", "bare": "compile_error"},
+           "answers its first call with zeros and no kernel, then launches a kernel that does not compile: any "
+           "answered call counted as compiled (`runtime_error`, worth the compile reward). Only a call answered "
+           "with a kernel of the candidate's launched on its data shows that it compiled", item=6),
+    Attack("compile_fails.py", {"all": "compile_error", "bare": "compile_error"},
+           "the control: compile_after_zeros.py without its first answer", item=6),
     Attack("import_hang.py", {"short_import": "compile_error"},
            "a child that spins before READY never compiled: compile_error, not timeout (which was worth the "
            "compile reward)", item=6),
@@ -418,10 +457,16 @@ ATTACKS = [
            "shared the host's IPC namespace and inputs were a function of (salt, problem). Each child now has its "
            "own IPC namespace and the parent draws the inputs per evaluation: no table, no input seen before",
            item=7),
-    Attack("decoy_canary.py", {"all": "correct"},
+    Attack("decoy_canary.py", {"all": "correct+output_not_from_kernel"},
            "the decoy trial's documented blind spot: its kernel's canary tells it the kernel was skipped, and it "
-           "fails on purpose. On the CPU nothing catches it (correctness only: no speed is rewarded there); on "
-           "a GPU coverage (COVERAGE below) scales its speed reward by its kernel's small share of GPU time",
+           "fails on purpose. The decoy trial still misses it; its answer is PyTorch's, written over the canary "
+           "after the kernel, which the values tell (it was `correct`, no flag, on the CPU); on a GPU coverage "
+           "(COVERAGE below) is low too", item=4),
+    Attack("torch_then_copy.py", {"all": "correct", "bare": "correct"},
+           "the gap the values leave: PyTorch computes the answer into a tensor of its own and a copy kernel "
+           "writes it into the output, so what a kernel wrote last is what is returned, and the decoy trial sees "
+           "the copy needed. `correct`, no flag, on the CPU (correctness only: no speed is rewarded there); on "
+           "a GPU the copy's share of the GPU time (coverage) scales its speed reward",
            item=4),
 ]
 
@@ -453,7 +498,7 @@ COVERAGE = [("honest.py", "matmul_relu", "triton", (0.9, 1.0), ""),
             ("decoy.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
             ("prefix_name.py", "matmul_relu", "triton", (0.0, 0.1), "kernel_not_needed"),
             ("skip_profile.py", "matmul_relu", "triton", (0.9, 1.0), ""),
-            ("../attacks/decoy_canary.py", "relu", "triton", (0.0, 0.6), ""),
+            ("../attacks/decoy_canary.py", "relu", "triton", (0.0, 0.6), "output_not_from_kernel"),
             ("../cuda_relu_correct.py", "relu", "cuda", (0.5, 1.0), "")]
 
 

@@ -2,8 +2,9 @@
 the trial's tensors (a canary of its having run), PyTorch computes the answer over it by another op than
 the reference's (no op flag). When the canary is missing (the decoy trial skipped the kernel), the
 candidate fails on purpose, so the decoy trial never sees a right answer without the kernel.
-Nothing on the CPU catches this; on a GPU its own kernel's share of GPU time (coverage) is low, which
-scales its speed reward down."""
+The decoy trial misses it. Its answer is PyTorch's, written over the kernel's output after its last launch:
+the values tell that (`output_not_from_kernel`, written.py; it was `correct`, no flag, on a CPU), and on a GPU
+its own kernel's share of GPU time (coverage) is low too."""
 import torch
 import torch.nn as nn
 import triton

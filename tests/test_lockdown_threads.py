@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
@@ -35,6 +36,13 @@ def _in_fork(body: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     os.waitpid(pid, 0)
     with os.fdopen(rfd) as fh:
         return json.loads(fh.read())
+
+
+def _gone(known: dict[int, int]) -> None:
+    """Wait until every thread not in `known` has left /proc (a joined Python thread is still ending there)."""
+    deadline = time.monotonic() + 5.0
+    while set(confine.threads()) - set(known) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _attempts(out: dict[str, Any]) -> None:
@@ -82,6 +90,7 @@ def test_the_lock_down_refuses_a_thread_started_after_the_set_up() -> None:
         gone = threading.Thread(target=lambda: None)
         gone.start()
         gone.join()
+        _gone(known)
         out["ended_only"] = confine.lock_down({}, known)
         stop = threading.Event()
         stray = threading.Thread(target=stop.wait, name="torch-worker")  # a name is no credential
@@ -93,6 +102,7 @@ def test_the_lock_down_refuses_a_thread_started_after_the_set_up() -> None:
             out["stray"] = str(exc)
         stop.set()
         stray.join()
+        _gone(known)
         out["after"] = confine.lock_down({}, known)
 
     out = _in_fork(body)

@@ -31,11 +31,7 @@ def _identity_table() -> dict[str, Any]:
     """Functions a timing or comparison hack would replace; compared before and after (evidence)."""
     table: dict[str, Any] = {}
     roots: dict[str, Any] = {"torch": torch, "time": time, "os": os}
-    for path in ("torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
-                 "torch.cuda.Event.synchronize", "torch.cuda.current_stream", "time.perf_counter", "time.time",
-                 "time.monotonic", "time.perf_counter_ns", "torch.manual_seed", "torch.rand", "torch.randn",
-                 "torch.rand_like", "torch.randn_like", "torch.Tensor.cpu", "torch.Tensor.to", "torch.Tensor.data_ptr",
-                 "torch.Tensor.clone", "torch.Tensor.copy_", "torch.nn.Module.__call__", "os._exit", "os.write"):
+    for path in P.WATCHED:
         obj: Any = roots[path.split(".")[0]]
         for part in path.split(".")[1:]:
             obj = getattr(obj, part, None)

@@ -277,6 +277,15 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
         assert not [h for h in host if h in shown], (host, shown)
         assert "candidate.py, line" in v.error and "raise RuntimeError(host())" in v.error, v.error
         assert "RuntimeError: " in v.error and len(v.error) <= 1200, v.error
+    if attack.file == "host_text_forged.py":  # forged frames and compiler lines carry nothing of the host
+        from kforge.evaluator.own_text import MAX_MESSAGE
+
+        shown = v.error + v.feedback
+        git = torch.version.git_version
+        for host in (git[:7], str(int(git[:12], 16)), ".venv", "venv.", "/work/"):
+            assert host not in shown, (host, shown)
+        said = [line.split("error: ", 1)[1] for line in v.error.splitlines() if "error: " in line]
+        assert said and sum(map(len, said)) <= MAX_MESSAGE, v.error  # the messages of one error together
     if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
         from kforge.evaluator.feedback import MAX_TEXT
 

@@ -401,6 +401,10 @@ ATTACKS = [
            "an error message made of the host (environment block, user list, kernel release, CPU count): the text "
            "that reaches a prompt is built from the candidate's own source lines, the exception type and a bounded "
            "message of the candidate's words and kforge's vocabulary", item=5),
+    Attack("host_text_forged.py", {"bare": "compile_error"},
+           "forged frames and compiler lines: a frame's line number spelling torch's git hash, a compiler line's "
+           "file name spelling the virtualenv's path, eight compiler lines of 200 characters; only the "
+           "candidate's real lines, load_inline's own files and 300 characters of messages reach the text", item=5),
     Attack("host_environ.py", {"bare": "correct"},
            "the child's environment block (/proc/self/environ) held the zygote's PYTHONPATH (the checkout) and the "
            "trainer's PATH: it now holds nothing of the host", item=5),

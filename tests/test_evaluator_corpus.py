@@ -246,6 +246,11 @@ def test_parent_side_guarantees_hold_with_the_in_process_layers_off(pools: _Pool
         assert _manifest.matches(attack.expect["bare"], v), f"wanted {attack.expect['bare']}, got {got}"
 
 
+# A thread the candidate started before the lock-down (confine.StrayThreads): the child is refused there.
+STRAY_THREADS = {("thread_before_lockdown.py", "bare"), ("native_build_thread.py", "no_static"),
+                 ("native_build_thread.py", "bare")}
+
+
 @pytest.mark.parametrize("attack,mode", _ATTACK_RUNS, ids=[f"{a.file}-{m}" for a, m in _ATTACK_RUNS])
 def test_attack(pools: _Pools, attack, mode: str) -> None:
     v = pools[mode].submit(make_problem(attack.problem), _attack_code(attack, pools)).result(timeout=120)
@@ -254,6 +259,8 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
     assert SECRET not in v.error and SECRET not in v.feedback and "HF_TOKEN" not in v.error
     if attack.file == "read_cache.py" and mode == "bare":
         assert "Permission denied" in v.error, v.error
+    if (attack.file, mode) in STRAY_THREADS:  # refused at the lock-down, and told so
+        assert "lock-down" in v.details.get("reason", "") and "thread started before the lock-down" in v.error, got
     if attack.file == "stderr_symlink.py" and mode == "bare":  # the parent's environ must not show
         assert "died from" in v.feedback and "PATH=" not in v.error and "HOME=" not in v.error, v.error
     if attack.file == "host_text.py":  # nothing of the host reaches the text; the candidate's own lines do
@@ -270,6 +277,15 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
         assert not [h for h in host if h in shown], (host, shown)
         assert "candidate.py, line" in v.error and "raise RuntimeError(host())" in v.error, v.error
         assert "RuntimeError: " in v.error and len(v.error) <= 1200, v.error
+    if attack.file == "host_text_forged.py":  # forged frames and compiler lines carry nothing of the host
+        from kforge.evaluator.own_text import MAX_MESSAGE
+
+        shown = v.error + v.feedback
+        git = torch.version.git_version
+        for host in (git[:7], str(int(git[:12], 16)), ".venv", "venv.", "/work/"):
+            assert host not in shown, (host, shown)
+        said = [line.split("error: ", 1)[1] for line in v.error.splitlines() if "error: " in line]
+        assert said and sum(map(len, said)) <= MAX_MESSAGE, v.error  # the messages of one error together
     if attack.file == "root_files.py":  # never root; what it read would reach a prompt: nothing, and capped
         from kforge.evaluator.feedback import MAX_TEXT
 

@@ -443,8 +443,9 @@ def test_banned_constructs_are_rejected_with_a_line(snippet: str) -> None:
 
 
 def test_ordinary_kernels_pass_the_static_checks() -> None:
+    # (an unused load_inline import was here: a Triton candidate may no longer build native code at all)
     style = GOOD.replace("import triton.language as tl", "import triton.language as tl\nimport math\n"
-                         "from typing import Optional\nfrom torch.utils.cpp_extension import load_inline  # noqa")
+                         "from typing import Optional")
     style += '''
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})], key=["n"])
@@ -516,6 +517,36 @@ def test_the_reference_op_is_flagged_under_any_local_name(imports: str, use: str
 def test_interception_and_loaders_are_banned_by_any_path(snippet: str) -> None:
     rep = check_source(GOOD + "\n" + snippet + "\n", RELU, "triton")
     assert rep.errors and "not allowed in a kernel" in rep.errors[0], (snippet, rep.errors)
+
+
+NATIVE_BUILDS = [
+    "from triton.runtime.build import compile_module_from_src", "import triton.runtime.build as b",
+    "from triton.runtime import build", "m = triton.runtime.build.compile_module_from_src('int x;', 'm')",
+    "from triton.backends.nvidia.driver import compile_module_from_src", "triton.knobs.build.impl = print",
+    "from triton.tools.compile import compile_kernel", "from torch.utils.cpp_extension import load",
+    "import torch.utils.cpp_extension as ext\nm = ext.load('m', ['m.cpp'])",
+    "from torch.utils.benchmark import Timer", "import numpy as np\nb = np.testing.extbuild",
+    "from numpy import f2py",
+]
+
+
+@pytest.mark.parametrize("snippet", NATIVE_BUILDS)
+def test_native_builds_fail_the_static_check(snippet: str) -> None:
+    """Compiling and loading native code at import (Triton's own builder, torch's and numpy's) ran before the
+    lock-down and left a thread that never met the interpreter again (native_build_thread.py): banned by any
+    path for every backend; a CUDA candidate keeps load_inline, which the harness sends to its build child."""
+    assert "not allowed in a kernel" in " ".join(check_source(GOOD + "\n" + snippet + "\n", RELU, "triton").errors)
+    cuda = CUDA_RELU.replace("class ModelNew", "import triton\n" + snippet + "\n\n\nclass ModelNew", 1)
+    assert "not allowed in a kernel" in " ".join(check_source(cuda, RELU, "cuda").errors), snippet
+
+
+def test_load_inline_passes_the_static_check_for_cuda_only() -> None:
+    assert check_source(CUDA_RELU, RELU, "cuda").errors == []
+    spelled = CUDA_RELU.replace("from torch.utils.cpp_extension import load_inline", "import torch.utils.cpp_extension")
+    spelled = spelled.replace("ext = load_inline(", "ext = torch.utils.cpp_extension.load_inline(")
+    assert spelled != CUDA_RELU and check_source(spelled, RELU, "cuda").errors == []
+    with_triton = GOOD + "\nfrom torch.utils.cpp_extension import load_inline\n"
+    assert "not allowed in a kernel" in " ".join(check_source(with_triton, RELU, "triton").errors)
 
 
 @pytest.mark.parametrize("snippet", [

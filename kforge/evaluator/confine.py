@@ -7,6 +7,11 @@ access. Once the set-up is over (`lock_down`, when the parent says), a second fi
 processes and System V IPC, and a second Landlock layer drops what only the set-up read: the in-process
 layers are early refusals, these hold whatever library frame asks. Both only through ctypes and raw
 syscalls, and both degrade alone when the kernel refuses them.
+
+Every seccomp filter is loaded for every thread of the process at once (TSYNC). Landlock restricts only
+the thread that asks (and threads it starts later): no kernel kforge runs on offers Landlock's TSYNC
+(ABI 8), so a thread that outlives the set-up must be one kforge knows (`threads`, taken before any
+candidate code ran), or the lock-down refuses the child (`StrayThreads`).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ def _libseccomp() -> ctypes.CDLL | None:
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     return lib
 
 
@@ -175,6 +181,8 @@ _AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
 
 _SCMP_CMP_MASKED_EQ = 7
 _CLONE_THREAD = 0x00010000
+_SCMP_FLTATR_CTL_TSYNC = 4  # enum scmp_filter_attr: load the filter for every thread of the process
+UNSYNCED = "seccomp_load: a thread could not be synchronised (TSYNC)"
 
 
 def _load_filter(lib: ctypes.CDLL, rules: list[tuple[int, str, tuple[tuple[int, int, int, int], ...]]]) -> tuple[bool, str]:
@@ -183,6 +191,9 @@ def _load_filter(lib: ctypes.CDLL, rules: list[tuple[int, str, tuple[tuple[int, 
     if not ctx:
         return False, "seccomp_init failed"
     try:
+        # Without it the filter holds only for the calling thread: a thread started earlier (by a library
+        # the candidate loaded at import) would fork and exec after the lock-down.
+        tsync = lib.seccomp_attr_set(ctx, _SCMP_FLTATR_CTL_TSYNC, 1) == 0
         for action, name, cmps in rules:
             nr = lib.seccomp_syscall_resolve_name(name.encode())
             if nr < 0:
@@ -190,11 +201,14 @@ def _load_filter(lib: ctypes.CDLL, rules: list[tuple[int, str, tuple[tuple[int, 
             arr = (_ArgCmp * max(len(cmps), 1))(*[_ArgCmp(*c) for c in cmps])
             if lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr if cmps else None) != 0:
                 return False, f"seccomp rule for {name}"
-        if lib.seccomp_load(ctx) != 0:
+        res = lib.seccomp_load(ctx)
+        if res == -errno.ESRCH:  # a thread whose filters diverged from this one's (it loaded its own)
+            return False, UNSYNCED
+        if res != 0:
             return False, "seccomp_load failed"
     finally:
         lib.seccomp_release(ctx)
-    return True, ""
+    return True, "" if tsync else "(this thread only: libseccomp without TSYNC) "
 
 
 def _errno(code: int) -> int:
@@ -212,7 +226,7 @@ def apply_seccomp() -> tuple[bool, str]:
                                              "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key")]
     rules.append((eperm, "prctl", ((0, _SCMP_CMP_EQ, PR_SET_PDEATHSIG, 0),)))
     ok, why = _load_filter(lib, rules)
-    return ok, why or "seccomp: no AF_INET/AF_INET6/AF_PACKET sockets, no ptrace/process_vm_*"
+    return ok, why + "seccomp: no AF_INET/AF_INET6/AF_PACKET sockets, no ptrace/process_vm_*" if ok else why
 
 
 def apply_no_spawn() -> tuple[bool, str]:
@@ -229,27 +243,69 @@ def apply_no_spawn() -> tuple[bool, str]:
     rules.append((eperm, "clone", ((0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0),)))
     rules.append((_errno(errno.ENOSYS), "clone3", ()))
     ok, why = _load_filter(lib, rules)
-    return ok, why or "seccomp: no exec, no new process, no System V IPC"
+    return ok, why + "seccomp: no exec, no new process, no System V IPC, in every thread" if ok else why
 
 
-def lock_down(spec: dict) -> dict:
+class StrayThreads(Exception):
+    """The lock-down found a thread kforge did not start before the candidate's code ran: the second Landlock
+    layer would not hold for it, so the child is refused (the harness tells the parent and exits)."""
+
+
+def threads() -> dict[int, int]:
+    """This process's threads as {thread id: start time} (clock ticks after boot, field 22 of
+    /proc/self/task/<tid>/stat). A thread is named by how it came to be, not by anything it can set (its
+    name): a thread id reused by a later thread comes with a later start time."""
+    out: dict[int, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # ended meanwhile
+        out[int(tid)] = int(stat.rpartition(")")[2].split()[19])  # the name in parentheses may hold spaces
+    return out
+
+
+def lock_down(spec: dict, known: dict[int, int] | None = None) -> dict:
     """The child's rules from the moment the parent chose (READY, or after the first trial on a GPU, where
     Triton runs ptxas at a kernel's first launch): processes left from before are killed (as PID 1 of its
-    own PID namespace, kill(-1) reaches only those), no new process or exec, and a second Landlock layer
-    whose reads leave out what only the set-up needed. Returns what was applied."""
+    own PID namespace, kill(-1) reaches only those), no new process or exec in any thread, and a second
+    Landlock layer whose reads leave out what only the set-up needed. Returns what was applied.
+
+    Raises StrayThreads when a thread not in `known` (the harness's and torch's, taken before the
+    candidate's import) is running before or after both are applied, or when the filter could not be loaded
+    for every thread: Landlock's layer holds only for this thread and those it starts from now on. Before:
+    a stray thread that waits for the filter to appear would read what only the second layer closes in the
+    moments before this one is applied, and be gone by the time anyone looked."""
     applied: dict = {}
+    _refuse_strays(known)
     if os.getpid() == 1:
         try:
             os.kill(-1, 9)
         except ProcessLookupError:
             pass
         applied["killed_leftovers"] = True
+    # seccomp first: from here no thread of the process forks or execs, whoever started it.
+    if spec.get("seccomp"):
+        applied["seccomp"] = list(apply_no_spawn())
+        if applied["seccomp"][1] == UNSYNCED:
+            raise StrayThreads("a thread could not be locked down with the others")
     if spec.get("landlock"):
         applied["landlock"] = list(apply_landlock(spec["writable"], spec.get("readable"), net=spec.get("net", True),
                                                   scope=spec.get("scope", True)))
-    if spec.get("seccomp"):
-        applied["seccomp"] = list(apply_no_spawn())
+    applied["threads"] = _refuse_strays(known)
     return applied
+
+
+def _refuse_strays(known: dict[int, int] | None) -> int | None:
+    """How many threads run now; StrayThreads when one of them is not in `known`."""
+    if known is None:
+        return None
+    now = threads()
+    stray = [tid for tid, start in now.items() if known.get(tid) != start]
+    if stray:
+        raise StrayThreads(f"{len(stray)} thread(s) started after the set-up and before the lock-down")
+    return len(now)
 
 
 # ---------------------------------------------------------------------------------------------

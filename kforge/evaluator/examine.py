@@ -257,6 +257,8 @@ class Examination(TimingStage):
         else:  # a claim of the lesser compile error is believed; a runtime error only after an answered call
             self.v.status = self._failed(Status.COMPILE_ERROR if msg.get("category") == "compile_error"
                                          else Status.RUNTIME_ERROR)
+        if msg.get("stage") == "lockdown":  # a claim against its own interest (confine.StrayThreads)
+            self.v.details["reason"] = "a thread it started before the lock-down was still running: refused"
 
     def _timed_out(self) -> None:
         limits = {"import": self.cfg.compile_timeout_s, "run": self.cfg.run_timeout_s,

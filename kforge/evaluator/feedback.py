@@ -56,11 +56,12 @@ _CUT_FRAME = re.compile(r'^[^"]*", line \d+, in \S+$')
 
 
 # What of a child's own text may reach the policy's next prompt and the transcripts: the child may have
-# read anything its sandbox lets it read, so what it can pass on this way is kept small.
-MAX_LINE, MAX_TEXT = 200, 1200
+# read anything its sandbox lets it read, so what it can pass on this way is kept small (own_text.py builds
+# a candidate's; its chosen words, the messages, hold at most own_text.MAX_MESSAGE characters of these).
+MAX_LINE, MAX_LINES, MAX_TEXT = 200, 8, 1200
 
 
-def clean_error(text: str, scratch: str | None, secrets: list[str], max_lines: int = 8) -> str:
+def clean_error(text: str, scratch: str | None, secrets: list[str], max_lines: int = MAX_LINES) -> str:
     """The most useful few lines of a traceback: the candidate's frames and the error itself.
 
     Harness frames, caret lines, sandbox paths and secret values are removed; library paths are

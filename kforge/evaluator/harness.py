@@ -31,11 +31,7 @@ def _identity_table() -> dict[str, Any]:
     """Functions a timing or comparison hack would replace; compared before and after (evidence)."""
     table: dict[str, Any] = {}
     roots: dict[str, Any] = {"torch": torch, "time": time, "os": os}
-    for path in ("torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
-                 "torch.cuda.Event.synchronize", "torch.cuda.current_stream", "time.perf_counter", "time.time",
-                 "time.monotonic", "time.perf_counter_ns", "torch.manual_seed", "torch.rand", "torch.randn",
-                 "torch.rand_like", "torch.randn_like", "torch.Tensor.cpu", "torch.Tensor.to", "torch.Tensor.data_ptr",
-                 "torch.Tensor.clone", "torch.Tensor.copy_", "torch.nn.Module.__call__", "os._exit", "os.write"):
+    for path in P.WATCHED:
         obj: Any = roots[path.split(".")[0]]
         for part in path.split(".")[1:]:
             obj = getattr(obj, part, None)
@@ -88,6 +84,28 @@ def _gpu_init(device: str) -> float:
         torch.cuda.init()
         torch.empty(1, device=device)
     return _perf() - t0
+
+
+def _start_pools() -> dict[int, int]:
+    """Start torch's CPU thread pool now and return the threads running then ({id: start time}): every one
+    of them was started before any candidate code ran (the harness's, torch's, CUDA's after `_gpu_init`).
+    The pool starts at torch's first parallel op with enough work for every thread (32768 values each);
+    started later, by a model build, its threads would be strays at the lock-down."""
+    torch.ones(32768 * 2 * max(1, torch.get_num_threads())).add_(1.0)
+    return confine.threads()
+
+
+def _lock(spec: dict[str, Any], known: dict[int, int], wfd: int) -> dict[str, Any]:
+    """confine.lock_down, or, when a thread started after the set-up is still running (Landlock would not
+    hold for it), the error that tells the parent, and the end of this child."""
+    try:
+        return confine.lock_down(spec, known)
+    except confine.StrayThreads as exc:
+        send_error(wfd, "lockdown", "runtime_error", text=f"PermissionError: {LOCKDOWN_REFUSED} ({exc})")
+        os._exit(0)
+
+
+LOCKDOWN_REFUSED = "kforge sandbox: a thread started before the lock-down is not allowed in a candidate kernel"
 
 
 def run_reference(job: dict[str, Any], wfd: int, rfd: int) -> None:
@@ -191,6 +209,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     # Only get_inputs/get_init_inputs travel here (protocol.inputs_only): the reference Model never does.
     problem = _load_module("kforge_inputs", _write(job["scratch"], "inputs.py", job["inputs_code"]))
     durations["cuda_init_s"] = _gpu_init(device)
+    known = _start_pools()  # taken before the candidate's file exists: nothing of it has run
     _write(job["scratch"], "candidate.py", job["code"])
     if job.get("audit_hook", True):
         guard_mod.install_audit_hook(guard)
@@ -222,7 +241,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
                       lambda: _changed(identities, guard))
     spec = job.get("lockdown")
     if spec is not None:  # the parent says when: at READY, or (Triton on a GPU) after the first trial
-        loop.lock = lambda: confine.lock_down(spec)
+        loop.lock = lambda: _lock(spec, known, wfd)
         if job.get("lock_after") != "first_trial":
             loop.lock_now()
     send_message(wfd, {"type": P.READY, "durations": durations, "evidence": loop.evidence()})

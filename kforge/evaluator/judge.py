@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from kforge.config.schema import EvaluatorConfig
+from kforge.evaluator import protocol as P
 from kforge.evaluator.compare import TrialResult, compare_outputs, identical
+from kforge.evaluator.guard import CODE_EVENTS, DENIED_EVENTS
 from kforge.evaluator.verdict import Timings, Verdict
 
 
@@ -109,9 +111,14 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
             flags.append("output_not_from_kernel")
         if ev.get("aliases_input"):
             flags.append("output_aliases_input")
-        flags += [str(p) for p in ev.get("patched", []) or []]
-        flags += [f"sandbox_denied:{d}" for d in ev.get("denied", []) or []]
+        flags += [p if p in _PATCHED else "patched:unknown" for p in ev.get("patched", []) or []]
+        flags += [f"sandbox_denied:{d if d in _DENIED else 'unknown'}" for d in ev.get("denied", []) or []]
     return sorted(set(flags))
+
+
+# The names a flag from evidence may carry (the child's text otherwise: it reaches the prompt's feedback).
+_PATCHED = frozenset(f"patched:{name}" for name in P.WATCHED + P.LAUNCHERS)
+_DENIED = DENIED_EVENTS | CODE_EVENTS | {"open:fd"}
 
 
 def _numel(m: Any) -> int:
@@ -159,8 +166,20 @@ def meta_mismatch(got: Any, want: list[Any]) -> str:
         if (g is None) != (w is None):
             return f"{where}expected {'a tensor' if w else 'a plain value'}"
         if w is not None and (list(g[0]) != list(w[0]) or str(g[1]) != str(w[1])):
-            return f"{where}shape {tuple(g[0])} {g[1]} != expected {tuple(w[0])} {w[1]}"
+            return f"{where}shape {_said(g, w)} != expected {tuple(w[0])} {w[1]}"
     return ""
+
+
+def _said(got: Any, want: list[Any]) -> str:
+    """The shape and dtype the child claimed, as the parent writes them: no number larger than the expected
+    output's size (`#`), no more dimensions than it has and two, a dtype only when torch has one by that name.
+    The claim is the child's text and reaches the prompt (a shape's digits could spell what it read)."""
+    size = max(1, math.prod(int(d) for d in want[0]))
+    dims = got[0] if isinstance(got, (list, tuple)) and len(got) == 2 and isinstance(got[0], list) else []
+    shown = [str(d) if type(d) is int and 0 <= d <= size else "#" for d in dims[:len(want[0]) + 2]]
+    dtype = str(got[1]) if isinstance(got, (list, tuple)) and len(got) == 2 else ""
+    known = isinstance(getattr(torch, dtype.removeprefix("torch."), None), torch.dtype)
+    return "(" + ", ".join(shown) + ("," if len(shown) == 1 else "") + ")" + (f" {dtype}" if known else " ?")
 
 
 def check_samples(got: list[list[Any]], want: list[list[Any] | None], cfg: EvaluatorConfig) -> str:

@@ -17,6 +17,19 @@ import ast
 from typing import Callable
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
+# Every other way to compile and load native code, banned in source by any path (static_check.py). A build
+# at import (`triton.runtime.build.compile_module_from_src`, which Triton itself imports in every child)
+# runs before the lock-down, its library's threads never meet the interpreter again, and the audit hook sees
+# only the library's frame asking. An honest Triton kernel needs none of them (triton.jit compiles its own
+# kernels); a CUDA kernel needs only load_inline, which the harness sends to a build child of its own.
+NATIVE_BUILDS = ("triton.runtime.build", "triton.backends", "triton.tools", "triton.knobs.build",
+                 "torch.utils.cpp_extension", "torch.utils.benchmark", "numpy.f2py", "numpy.distutils",
+                 "numpy.testing", "distutils", "setuptools", "sysconfig")
+
+
+def native_builds_allowed(extension: bool) -> frozenset[str]:
+    """The paths under NATIVE_BUILDS a backend may use: a CUDA extension's module and its load_inline."""
+    return frozenset({LOAD_INLINE.rpartition(".")[0], LOAD_INLINE}) if extension else frozenset()
 _TEXT_METHODS = ("replace", "join")  # text -> text; the arguments are text too
 
 

@@ -6,15 +6,19 @@ environment) and put it in an exception message, a traceback or its stderr; reda
 a host path or a secret always trails what a candidate can think of. So nothing of the child's text is
 passed on as it is. From a traceback the parent keeps:
 
-- the candidate's own frames: `candidate.py, line N, in NAME`, with line N taken from the parent's copy
-  of the source (never the child's), NAME only when the source has it;
+- the candidate's own frames: `candidate.py, line N, in NAME`, only where N is a line of the parent's
+  copy of the source (a frame line is text the child wrote: its digits could spell anything), with that
+  line quoted from the parent's copy (never the child's), NAME only when the source has it;
 - the exception's type, when it is a name the source, the problem or kforge's vocabulary holds;
-- its message, bounded, each word kept only when the candidate's source, the problem's source or
-  kforge's vocabulary of error words holds it (other words become `…`), each number only when one of
-  the two sources holds it (others become `#`), and only plain punctuation.
+- its message, each word kept only when the candidate's source, the problem's source or kforge's
+  vocabulary of error words holds it (other words become `…`), each number only when one of the two
+  sources holds it (others become `#`), and only plain punctuation.
 
 A CUDA build's compiler lines are kept as `FILE(LINE): error: MESSAGE` with the message filtered the same
-way. The text is then capped (feedback.MAX_LINE, feedback.MAX_TEXT).
+way, FILE only when it is one of the files load_inline writes from the candidate's own text (`main.cpp`,
+`cuda.cu`) and LINE only when the source is that long; otherwise `error: MESSAGE`. The messages (the
+exception's and every compiler line's) hold at most MAX_MESSAGE characters together; the whole text at
+most feedback.MAX_LINES lines of feedback.MAX_LINE characters and feedback.MAX_TEXT in all.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import builtins
 import re
 
-from kforge.evaluator.feedback import MAX_LINE, MAX_TEXT
+from kforge.evaluator.feedback import MAX_LINE, MAX_LINES, MAX_TEXT
 
 # Words of the error messages of Python, PyTorch, Triton and the CUDA compilers: none of them says
 # anything about the machine the child ran on.
@@ -50,6 +54,7 @@ using value values variable version view was were when where which while with wi
 wrong x y you zero Errno Permission denied Fatal Python Segmentation fault Aborted CUDA Triton PyTorch
 torch nn functional tl OutOfMemoryError CompilationError CompileTimeAssertionFailure OutOfResources
 InterpreterError AcceleratorError system directory exist exists detected killed signal process permitted
+kforge sandbox candidate thread threads started lock down allowed
 """.split())
 _LOWER = frozenset(w.lower() for w in VOCABULARY)
 
@@ -59,7 +64,11 @@ _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 _BUILD_LINE = re.compile(r"(?P<file>[\w.-]+\.(?:cu|cpp|cuh|h))[(:](?P<line>\d+)[):].*?\berror\b:?\s*(?P<msg>.*)")
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[ ()\[\]{}.,:;'\"=<>+\-*/%!?`|&^~@#]|.", re.S)
 _GONE = re.compile(r"…(?:[^\w\s…]*…)+")
-MAX_MESSAGE = 300
+MAX_MESSAGE = 300  # the messages of one error text together: the words a candidate chooses
+# The files torch's load_inline writes from the candidate's own source text, and the lines it adds to them
+# (its includes, the Python bindings of each function) beyond what the candidate's file holds.
+_BUILD_FILES = ("main.cpp", "cuda.cu")
+_BUILD_HEADROOM = 32
 
 
 def _words(*sources: str) -> set[str]:
@@ -91,34 +100,47 @@ def own_words(text: str, code: str, problem_code: str) -> str:
     return _filtered(text, _words(code, problem_code))
 
 
-def candidate_error(text: str, code: str, problem_code: str, max_lines: int = 8) -> str:
+def candidate_error(text: str, code: str, problem_code: str, max_lines: int = MAX_LINES) -> str:
     """The prompt's view of a candidate child's error `text` (a traceback, its stderr or a build log)."""
     lines = code.splitlines()
     own = _words(code, problem_code)
     out: list[str] = []
     raw = text.splitlines()
     build = False
+    budget = [MAX_MESSAGE]  # what is left of the messages' characters
+
+    def message(words: str) -> str:
+        kept = _filtered(words, own)[:budget[0]]
+        budget[0] -= len(kept)
+        return kept
+
     for line in raw:
         frame = _FRAME.search(line)
         if frame and frame["path"].rsplit("/", 1)[-1] == "candidate.py":
             n = int(frame["line"])
+            if not 1 <= n <= len(lines):  # not a line of its source: not a frame of its code
+                continue
             name = frame["name"] if frame["name"] in own else "?"
             out.append(f"candidate.py, line {n}, in {name}")
-            if 1 <= n <= len(lines) and lines[n - 1].strip():
+            if lines[n - 1].strip():
                 out.append("    " + lines[n - 1].strip())
             continue
         built = _BUILD_LINE.search(line)
         if built:
             build = True
-            out.append(f"{built['file']}({built['line']}): error: {_filtered(built['msg'], own)}")
+            if budget[0] <= 0:  # the first errors are the compiler's own; later ones follow from them
+                continue
+            n = int(built["line"])
+            ours = built["file"] in _BUILD_FILES and 1 <= n <= len(lines) + _BUILD_HEADROOM
+            out.append(f"{built['file']}({n}): " * ours + f"error: {message(built['msg'])}")
     # The exception: the last unindented line that names an exception type, and what follows it (for a
     # build, the compiler's error lines above say it; its message is the whole command log).
     for i in range(len(raw) - 1, -1, -1):
         match = _EXC_LINE.match(raw[i])
         kind = _type_name(match["type"], own) if match else ""
         if kind:
-            message = "" if build else " ".join([match["msg"] or ""] + [x.strip() for x in raw[i + 1:]])
-            out.append(kind + (": " + _filtered(message, own) if message.strip() else ""))
+            said = "" if build else " ".join([match["msg"] or ""] + [x.strip() for x in raw[i + 1:]])
+            out.append(kind + (": " + message(said) if said.strip() else ""))
             break
     deduped = [x[:MAX_LINE] for k, x in enumerate(out) if x not in out[:k] or x.startswith("    ")]
     return "\n".join(deduped[-max_lines:])[-MAX_TEXT:]

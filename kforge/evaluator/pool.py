@@ -254,7 +254,7 @@ class EvalPool:
                 done.write_text("ok")
                 return str(build_dir), None, time.monotonic() - t0
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,
-                        error=candidate_error(str(msg.get("message", "")), code, problem.code, 12))
+                        error=candidate_error(str(msg.get("message", "")), code, problem.code))
             return str(build_dir), self._finish(v), v.compile_s
         except TimeoutError:  # a build that never finishes did not compile (TIMEOUT would earn the compile reward)
             v = Verdict(Status.COMPILE_ERROR, compile_s=time.monotonic() - t0,

@@ -31,6 +31,16 @@ WINDOW = "window"  # a timed call's window ended: the parent's clock splits ther
 OP_TRIAL, OP_WARMUP, OP_TIME, OP_PROFILE, OP_COMPILE, OP_BYE = ("trial", "warmup", "time", "profile", "compile", "bye")
 
 HEADROOM = 1 << 16  # the smallest bound any answer gets (JSON framing, evidence, plain values)
+
+# What the candidate's child reports as `patched:<name>` (harness._changed): the functions it compares before
+# and after the candidate ran, and the Triton launchers the launch recorder wraps (guard.py). The parent
+# passes on no other name: evidence is the child's text, and a name that reaches a prompt is one kforge wrote.
+WATCHED = ("torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
+           "torch.cuda.Event.synchronize", "torch.cuda.current_stream", "time.perf_counter", "time.time",
+           "time.monotonic", "time.perf_counter_ns", "torch.manual_seed", "torch.rand", "torch.randn",
+           "torch.rand_like", "torch.randn_like", "torch.Tensor.cpu", "torch.Tensor.to", "torch.Tensor.data_ptr",
+           "torch.Tensor.clone", "torch.Tensor.copy_", "torch.nn.Module.__call__", "os._exit", "os.write")
+LAUNCHERS = ("triton.runtime.jit.JITFunction.run", "triton.runtime.interpreter.InterpretedFunction.run")
 ALL = "all"  # read whole outputs (those small enough to compare whole)
 
 

@@ -1,19 +1,18 @@
 """Static checks on a candidate's source, before anything runs.
 
 Two kinds of finding:
-- `errors`: the candidate cannot be a valid answer (syntax error, no ModelNew, no real
-  `@triton.jit` kernel) or uses what no kernel needs and every harness attack does: imports outside
-  torch/triton/math and a few pure helpers; `sys`, `os`, `gc`, `inspect`, `ctypes`, `importlib`,
-  `builtins` by any path; `exec`/`eval`/`compile`/`open`/`globals`/`vars`; dynamic
-  `getattr`/`setattr`; dunder attributes; private attributes of torch or Triton; assigning to
-  attributes of torch, Triton or time. They end evaluation with Status.STATIC_CHECK_FAILED.
-- `flags`: reward-hacking patterns (calling the PyTorch op the problem is about, a try/except
-  fallback to PyTorch, using the reference Model). The candidate still runs (its feedback is more
-  useful that way) but a flagged verdict is never `correct`.
+- `errors`: the candidate cannot be a valid answer (syntax error, no ModelNew, no real `@triton.jit` kernel)
+  or uses what no kernel needs and every harness attack does: imports outside torch/triton/math and a few
+  pure helpers; `sys`, `os`, `gc`, `inspect`, `ctypes`, `importlib`, `builtins` by any path;
+  `exec`/`eval`/`compile`/`open`/`globals`/`vars`; dynamic `getattr`/`setattr`; dunder attributes; private
+  attributes of torch or Triton; assigning to attributes of torch, Triton or time; native builds but a CUDA
+  extension's load_inline (native_source.NATIVE_BUILDS). They end evaluation with Status.STATIC_CHECK_FAILED.
+- `flags`: reward-hacking patterns (calling the PyTorch op the problem is about, a try/except fallback to
+  PyTorch, using the reference Model). The candidate still runs (its feedback is more useful that way) but a
+  flagged verdict is never `correct`.
 
-Source checks are a first filter, not a wall: Python has more paths than any list. The parent's
-own trials, clock and output samples are what a verdict rests on.
-"""
+Source checks are a first filter, not a wall: Python has more paths than any list. The parent's own trials,
+clock and output samples are what a verdict rests on."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 
 from kforge.evaluator.hidden_lookup import hidden_lookups
-from kforge.evaluator.native_source import compiler_text
+from kforge.evaluator.native_source import NATIVE_BUILDS, compiler_text, native_builds_allowed
 from kforge.evaluator.op_names import op_key, same_op
 from kforge.kernel_backends import EXTENSION_KERNEL, KERNEL_BACKENDS
 
@@ -68,7 +67,7 @@ ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "functools", "typing", "
                              "warnings"})
 _BANNED_SUBMODULES = ("torch.multiprocessing", "torch.hub", "torch.package", "torch.serialization",
                       "torch.distributed", "torch.utils.data", "torch.testing", "torch.library", "torch.ops",
-                      "torch.overrides", "numpy.lib", "numpy.ma")
+                      "torch.overrides", "numpy.lib", "numpy.ma") + NATIVE_BUILDS
 # Reached by any path (import, alias or attribute): re-registering or intercepting torch's own ops, and
 # the loaders that unpickle (run code the static check never saw) or write files for the candidate.
 _BANNED_PATHS = _BANNED_SUBMODULES + (
@@ -165,14 +164,14 @@ def reference_ops(problem_code: str) -> set[str]:
     return ops
 
 
-def _banned_path(full: str) -> bool:
-    return any(full == b or full.startswith(b + ".") for b in _BANNED_PATHS)
+def _banned_path(full: str, allowed: frozenset[str] = frozenset()) -> bool:
+    return full not in allowed and any(full == b or full.startswith(b + ".") for b in _BANNED_PATHS)
 
 
 class _CandidateVisitor(ast.NodeVisitor):
-    def __init__(self, ref_ops: set[str], aliases: dict[str, str]) -> None:
+    def __init__(self, ref_ops: set[str], aliases: dict[str, str], allowed: frozenset[str] = frozenset()) -> None:
         self.ref_ops = {op_key(o) for o in ref_ops}  # one key per op, however it is spelled (op_names.py)
-        self.aliases = aliases  # local name -> module or object path, from the import statements
+        self.aliases, self.allowed = aliases, allowed  # import aliases; banned paths the backend may use
         self.report = StaticReport()
         self.banned_lines: set[int] = set()
         self.called: set[int] = set()  # ids of the nodes that are called (a Call's func)
@@ -285,11 +284,11 @@ class _CandidateVisitor(ast.NodeVisitor):
         if any(a.name == "Model" for a in node.names):
             self.report.flags.append("imports_reference_model")
         module = node.module or ""
-        if node.level or not self._import_ok(module):
+        if node.level or not self._import_ok(module) and module not in self.allowed:
             self._ban(f"import from `{'.' * node.level}{module}`", node)
         for a in node.names:
             if a.name == "*" or a.name.startswith("_") or a.name in _FORBIDDEN_MODULE_NAMES \
-                    or _banned_path(f"{module}.{a.name}"):
+                    or _banned_path(f"{module}.{a.name}", self.allowed):
                 self._ban(f"`from {module} import {a.name}`", node)
         self.generic_visit(node)
 
@@ -306,7 +305,7 @@ class _CandidateVisitor(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
-            if not self._import_ok(a.name):
+            if not self._import_ok(a.name) and a.name not in self.allowed:
                 self._ban(f"`import {a.name}`", node)
         self.generic_visit(node)
 
@@ -340,7 +339,7 @@ class _CandidateVisitor(ast.NodeVisitor):
         if isinstance(node.ctx, (ast.Store, ast.Del)) and on_module:
             self._ban(f"assigning to `{base}.{attr}` (patching a library)", node)
         full = _resolve(f"{base}.{attr}", self.aliases) if base else ""
-        if full and _banned_path(full) and node.lineno not in self.banned_lines:
+        if full and _banned_path(full, self.allowed) and node.lineno not in self.banned_lines:
             self.banned_lines.add(node.lineno)
             self._ban(f"`{full}`", node)
         elif attr in _BANNED_METHODS:
@@ -378,7 +377,9 @@ def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
         rep = StaticReport()
         rep.errors.append(f"SyntaxError: {exc.msg} (line {exc.lineno})")
         return rep
-    visitor = _CandidateVisitor(reference_ops(problem_code), import_aliases(tree))
+    rule = KERNEL_BACKENDS.get(backend)
+    visitor = _CandidateVisitor(reference_ops(problem_code), import_aliases(tree),
+                                native_builds_allowed(rule is not None and rule.kernel == "extension"))
     visitor.called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     visitor.docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
                           and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
@@ -391,7 +392,6 @@ def check_source(code: str, problem_code: str, backend: str) -> StaticReport:
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):
         if not any(isinstance(n, (ast.Assign, ast.ImportFrom)) and "ModelNew" in ast.dump(n) for n in tree.body):
             rep.errors.append("no `class ModelNew` defined: the candidate must define ModelNew(nn.Module)")
-    rule = KERNEL_BACKENDS.get(backend)
     if rule is not None and not rule.has_kernel(rep.kernels):
         rep.errors.append(rule.missing_kernel)
     return rep

@@ -366,6 +366,22 @@ ATTACKS = [
     Attack("from_file_read.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
            "torch.from_file raises no audit event: the second Landlock layer applied at READY leaves the user "
            "list (/etc/passwd) out", item=2, gpu={"no_static": "runtime_error", "bare": "runtime_error"}),
+    Attack("thread_before_lockdown.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                         "bare": "compile_error"},
+           "a thread started at import outlived the lock-down: the filter was loaded for the main thread only and "
+           "Landlock restricts the thread that asks, so after READY it forked, exec'd a shell, made System V "
+           "shared memory and read the user list (`correct`, no flag, with both in-process layers off). Now the "
+           "filter holds for every thread (TSYNC) and a thread started after the set-up ends the child at the "
+           "lock-down (before READY: compile_error; on a GPU, after the first trial: runtime_error). With the "
+           "audit hook on, its thread is refused everything it asks at import and never starts", item=5,
+           gpu={"bare": "runtime_error"}),
+    Attack("native_build_thread.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                      "bare": "compile_error"},
+           "C compiled and loaded at import through triton.runtime.build (Triton's frame asks, so the audit hook "
+           "allows it): the library's thread did the same as thread_before_lockdown.py's, unseen by the "
+           "interpreter (`correct`, no flag, with every layer on). Native builds are banned in source now; "
+           "without the static check the thread ends the child at the lock-down", item=2,
+           gpu={"no_static": "runtime_error", "bare": "runtime_error"}),
     Attack("skewed_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "
@@ -418,6 +434,10 @@ ATTACKS = [
            "an error message made of the host (environment block, user list, kernel release, CPU count): the text "
            "that reaches a prompt is built from the candidate's own source lines, the exception type and a bounded "
            "message of the candidate's words and kforge's vocabulary", item=5),
+    Attack("host_text_forged.py", {"bare": "compile_error"},
+           "forged frames and compiler lines: a frame's line number spelling torch's git hash, a compiler line's "
+           "file name spelling the virtualenv's path, eight compiler lines of 200 characters; only the "
+           "candidate's real lines, load_inline's own files and 300 characters of messages reach the text", item=5),
     Attack("host_environ.py", {"bare": "correct"},
            "the child's environment block (/proc/self/environ) held the zygote's PYTHONPATH (the checkout) and the "
            "trainer's PATH: it now holds nothing of the host", item=5),

@@ -246,8 +246,8 @@ class Trainer:
         once; a second failure ends the run (never a step computed from half the rollouts)."""
         if getattr(exc, "final", False):
             raise exc  # every data-parallel replica failed twice, or a live one refused a request twice
-        log.warning("step %d: the step's rollouts are redone on a fresh rollout worker", step)
         self.engine.restart(exc)  # given the adapter the dead one had: the learner may be mid-step
+        log.warning("step %d: the step's rollouts are redone on the fresh rollout worker", step)
 
     def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None:
         self.dashboard.advance(stage=ROLLOUTS)

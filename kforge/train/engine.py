@@ -31,6 +31,8 @@ log = logging.getLogger("kforge.train")
 
 
 class RolloutEngine:
+    """The trainer's hold on its rollout backend between generate calls (hand-overs, sleep, wake, restarts)."""
+
     def __init__(self, parts: Any) -> None:
         self.parts = parts  # the trainer's Parts: `parts.runner.backend` is the one reference a restart replaces
         self.restarts = 0  # whole-backend restarts (data-parallel replicas count their own)
@@ -108,7 +110,8 @@ class RolloutEngine:
 
 
 def _dead(backend: Any) -> bool:
-    """The engine says its worker is gone (one that cannot tell is taken at its word: not dead)."""
+    """The engine says its worker is gone (an engine without `alive`, or a router of replicas that restart on
+    their own, is never taken for dead: its error is raised)."""
     alive = getattr(backend, "alive", None)
     return callable(alive) and not alive()
 

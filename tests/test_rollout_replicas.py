@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ from test_rollout_vllm import ENGINE, _Tok, req
 
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.factory import _replicas
-from kforge.rollout.replicas import NoReplicaLeft, Replicas
+from kforge.rollout.replicas import NoReplicaLeft, Replicas, RequestFailed
 from kforge.rollout.vllm_worker import VLLMBackend
 from kforge.train.placement import Memory, PlacementError, plan_placement
 
@@ -145,13 +146,15 @@ def test_a_replica_killed_mid_rollout_restarts_alone_with_the_latest_adapter(mon
 
 class Replica(FakeEngine):
     """A stand-in engine that can die: then every call raises as a dead worker's does, and alive() says so.
-    `die_after`: it dies during its call after that many."""
+    `die_after`: it dies during its call after that many. `bad`: it refuses every request while alive;
+    `refuse`: that many generate calls."""
 
     concurrent = True
 
     def __init__(self, die_after: int | None = None) -> None:
         super().__init__()
         self.dead = self.bad = self.closed = False
+        self.refuse = 0
         self.die_after = die_after
         self.routes: list[str] = []
         self.events: list[str] = []
@@ -167,6 +170,9 @@ class Replica(FakeEngine):
 
     async def agenerate(self, requests, on_completion=None):
         self._check("generate")
+        if self.refuse:
+            self.refuse -= 1
+            raise BackendError("vLLM worker.generate failed in its process: RuntimeError: a passing fault")
         if self.die_after is not None and len(self.routes) >= self.die_after:
             await asyncio.sleep(0.01)
             self.dead = True
@@ -241,11 +247,16 @@ def test_a_replica_that_fails_twice_is_taken_out_and_with_none_left_the_run_ends
     backend.close()
 
 
-def test_a_replica_restarted_while_the_others_sleep_loads_the_sync_then_sleeps_and_a_failed_restart_is_out():
+def test_a_replica_found_dead_while_the_others_sleep_starts_at_wake_with_the_sync_and_a_failed_restart_is_out():
+    """Asleep (colocated), the learner ranks train on the replicas' GPUs, and a vLLM start sizes itself from
+    the free memory there: a replica found dead then (here by a sync) starts again only at wake, and loads
+    the sync it missed."""
     fresh = Replica()
     starts = iter([fresh, RuntimeError("CUDA out of memory")])
+    started = threading.Event()
 
     def start(k):
+        started.set()
         nxt = next(starts)
         if isinstance(nxt, Exception):
             raise nxt
@@ -256,11 +267,11 @@ def test_a_replica_restarted_while_the_others_sleep_loads_the_sync_then_sleeps_a
     backend.load_adapter("v1", 1)
     backend.sleep()
     a.dead = True
-    backend.load_adapter("v2", 2)  # the sync finds the dead one: it restarts and loads v2 itself
-    assert backend.wait_restarts(5) and backend.replicas[0] is fresh
-    assert fresh.events == ["load v2", "sleep"] and b.events[-1] == "load v2" and backend.version == 2
+    backend.load_adapter("v2", 2)  # the sync finds the dead one: it restarts, but not while they sleep
+    assert not started.wait(0.5) and backend.state == ["restarting", "live"] and a.closed
     backend.wake()
-    assert fresh.events[-1] == "wake" and b.events[-1] == "wake"
+    assert backend.wait_restarts(5) and backend.replicas[0] is fresh
+    assert fresh.events == ["load v2"] and b.events[-2:] == ["load v2", "wake"] and backend.version == 2
 
     fresh.dead = True  # its restart fails: out after one restart
     outs = backend.generate([seeded("p1"), seeded("p2")])
@@ -285,4 +296,73 @@ def test_a_step_whose_replica_dies_mid_rollout_is_complete_without_restarting_th
     assert len(rollouts.trajectories) == 8 and all(t.turns and t.turns[0].response_ids for t in rollouts.trajectories)
     assert all(t.turns[0].policy_version == 3 for t in rollouts.trajectories)
     assert backend.wait_restarts(5) and backend.restarts == 1 and trainer.restarts == 0 and fresh.version == 3
+    trainer.parts.close()
+
+
+def test_a_request_error_of_a_live_replica_is_retried_there_and_restarts_no_engine(tmp_path):
+    """One request fails on a replica that is up: it is tried once more there, and a passing fault costs
+    nothing else; a request the replica refuses again fails the step with a final error. Neither restarts
+    any engine (not the whole backend: every other replica serves on; not that one: it is up)."""
+    from test_trainer import make_cfg, make_trainer
+
+    from fake_parts import FakeLearner, FakePool
+
+    cfg = make_cfg()
+    cfg.rollout.max_staleness = 0
+    trainer = make_trainer(tmp_path, cfg, FakeLearner(), FakePool())
+    trainer.parts.restart_backend = lambda: pytest.fail("every engine was restarted for one request")
+    flaky, other = Replica(), Replica()
+    backend = trainer.parts.runner.backend = Replicas([flaky, other], start=lambda k: pytest.fail("a live replica restarted"))
+    flaky.refuse = 1
+    rollouts = asyncio.run(trainer._rollouts(1, trainer.train_problems[:2]))  # a problem on each replica
+    assert len(rollouts.trajectories) == 8 and all(t.turns[0].response_ids for t in rollouts.trajectories)
+    assert flaky.refuse == 0 and len(flaky.routes) == 4 and len(other.routes) == 4  # retried where it failed
+    flaky.bad = True
+    with pytest.raises(RequestFailed, match="refused a request twice.*bad request") as failure:
+        asyncio.run(trainer._rollouts(2, trainer.train_problems[:2]))
+    assert failure.value.final and backend.state == ["live", "live"] and backend.restarts == 0
+    assert not flaky.closed and not other.closed and trainer.restarts == 0
+    trainer.parts.close()
+
+
+def test_colocated_a_replica_restarting_is_waited_for_before_the_learner_step(tmp_path):
+    """Two GPUs, each an engine replica and a learner rank. A replica dies during the rollouts and restarts in
+    the background while the step goes on; its vLLM start (which sizes the engine from the GPU's free memory)
+    must not run while the learner rank on that GPU trains: the learner's step waits for the whole restart,
+    and then every replica sleeps through it."""
+    from test_trainer import Serial, _one_sample, make_cfg, make_trainer
+
+    from fake_parts import FakePool
+    from kforge.train.placement import Plan
+    from kforge.train.trainer import StepTimes
+
+    gate, spans, fresh = threading.Event(), [], Replica()
+
+    def start(k):
+        assert gate.wait(10)  # held until the rollouts are done: the restart outlasts them
+        t0 = time.monotonic()
+        time.sleep(0.3)  # vLLM starting on the GPU
+        spans.append((t0, time.monotonic()))
+        return fresh
+
+    cfg = make_cfg()
+    cfg.rollout.max_staleness = 0
+    learner = Serial(step_s=0.3)
+    trainer = make_trainer(tmp_path, cfg, learner, FakePool())
+    trainer.plan = Plan(["0", "1"], rollout=[0, 1], learner=[0, 1], eval=[0, 1])
+    assert trainer.plan.mode == "colocated"
+    backend = trainer.parts.runner.backend = Replicas([Replica(die_after=2), Replica()], start=start)
+    backend.load_adapter("v3", 3)
+
+    async def main():
+        rollouts = await trainer._rollouts(1, trainer.train_problems[:2])
+        assert backend.state[0] == "restarting"  # the step goes on while it starts
+        gate.set()
+        await trainer._learn_step(_one_sample(), StepTimes())
+        return rollouts
+
+    assert len(asyncio.run(main()).trajectories) == 8
+    ((start0, start1),), ((train0, train1),) = spans, learner.spans
+    assert start1 <= train0  # the restart was over before the learner's step began
+    assert backend.state == ["live", "live"] and fresh.events == ["load v3", "sleep", "wake"]
     trainer.parts.close()

@@ -23,6 +23,10 @@ from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logpr
 ENGINE = "test_rollout_vllm:RecordingEngine"
 
 
+class EngineDeadError(RuntimeError):
+    """Named as vLLM's: its engine core died, and the worker process lives on."""
+
+
 class RecordingEngine:
     """Implements VLLMEngine's methods in the worker and records what it was asked to do."""
 
@@ -43,6 +47,8 @@ class RecordingEngine:
         r = request
         if r["prompt_ids"] == [666]:
             os._exit(3)  # a hard crash of the worker
+        if r["prompt_ids"] == [667]:
+            raise EngineDeadError("EngineCore encountered an issue. See stack trace (above) for the root cause.")
         if r["prompt_ids"][0] == 500:  # a slow request: others must not wait for it
             await asyncio.sleep(0.5)
         self.events.append(f"gen{r['prompt_ids'][0]}")
@@ -291,6 +297,20 @@ def test_worker_crash_is_reported_not_hung():
     try:
         with pytest.raises(BackendError, match="died during generate"):
             backend.generate([req([666])])
+    finally:
+        backend.close()
+
+
+def test_an_engine_dead_behind_a_live_worker_counts_as_dead():
+    """vLLM's engine core can die while the worker process lives on: every request then fails with
+    EngineDeadError. The worker must count as dead, so that it is restarted (a replica alone), not taken for
+    a live engine refusing one request (which restarts nothing)."""
+    backend = VLLMBackend(_Tok(), {}, engine=ENGINE, startup_timeout_s=120)
+    try:
+        assert backend.generate([req([3])])[0].token_ids == [3] and backend.alive()
+        with pytest.raises(BackendError, match="EngineDeadError"):
+            backend.generate([req([667])])
+        assert not backend.alive() and backend._proc.alive()
     finally:
         backend.close()
 

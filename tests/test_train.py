@@ -151,7 +151,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(reference_run, tmp_
 
 def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     """A crashed vLLM worker answers every call with BackendError; the trainer builds a new backend, hands
-    it the current adapter and redoes the step's rollouts."""
+    it the adapter the dead one had and redoes the step's rollouts."""
     import asyncio
 
     from fake_parts import DeadEngine
@@ -176,11 +176,15 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
         parts = Parts(learner, pool, EpisodeRunner.from_config(cfg, dead, pool.evaluate), shares_model=False)
         run = RunFolder.create(tmp_path, "r", to_yaml(cfg))
         trainer = Trainer(cfg, run, Plan([]), problems, [], parts)
+        trainer._sync_adapter()  # as a run starts: the engine gets the learner's adapter (version 0)
         with pytest.raises(BackendError):  # without a way to restart, the failure is not hidden
             asyncio.run(trainer._rollouts(1, problems[:1]))
         parts.restart_backend = lambda: fresh
+        loads, loads_at, load = [], [], fresh.load_adapter
+        fresh.load_adapter = lambda path, version: (loads.append((Path(path).name, version)), loads_at.append(path),
+                                                    load(path, version))[-1]
         rollouts = asyncio.run(trainer._rollouts(1, problems[:1]))
     assert dead.closed and trainer.restarts == 1 and parts.backend is fresh and parts.runner.backend is fresh
     assert len(rollouts.trajectories) == 1 and rollouts.trajectories[0].turns[0].response_ids
-    # The new worker got the adapter (its copy for the engine: in the stand-in for /dev/shm here).
-    assert list(trainer._copies.root.glob("v*/adapter_config.json"))
+    # The new worker got the adapter, from the copy written for the dead one (in the stand-in for /dev/shm).
+    assert loads == [("v000000", 0)] and Path(loads_at[0]).parent == trainer._copies.root

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.config.loader import to_yaml
 from kforge.policy.runner import EpisodeRunner, VerdictCache
 from kforge.problems import builtin_problems
+from kforge.rollout.base import BackendError
 from kforge.runs.folder import RunFolder
 from kforge.train.placement import Plan
 from kforge.train.trainer import Parts, Trainer
@@ -433,3 +435,140 @@ def test_colocated_replicas_all_sleep_through_the_learner_step_and_wake_for_roll
     for key in ("time/sleep_s", "time/wake_s"):  # the engines' sleep and wake are each a timed stage
         assert sum(r[key] >= 0.02 for r in records) == (learned if colocated else 0)
         assert all(r[key] == 0.0 for r in records if r[key] < 0.02)
+
+
+# ------------------------------------------------------------------ restarts of a rollout engine
+class Mortal(FakeEngine):
+    """One engine whose worker dies at the call named `dies_at` (then every call raises as a dead vLLM worker's
+    does, and alive() says so); it notes each adapter it loads as (its version label, the version the folder
+    holds) and whether it was closed."""
+
+    def __init__(self, dies_at: str = "") -> None:
+        super().__init__()
+        self.dies_at, self.dead, self.closed, self.loaded = dies_at, False, False, []
+
+    def alive(self):
+        return not self.dead
+
+    def _call(self, op):
+        self.dead = self.dead or op == self.dies_at
+        if self.dead:
+            raise BackendError(f"vLLM worker process died during {op} (exit code -9)")
+
+    async def agenerate(self, requests, on_completion=None):
+        self._call("generate")
+        return await super().agenerate(requests, on_completion)
+
+    def load_adapter(self, path, version):
+        self._call("load_adapter")
+        self.loaded.append((version, json.loads((Path(path) / "adapter_config.json").read_text())["version"]))
+        super().load_adapter(path, version)
+
+    def sleep(self):
+        self._call("sleep")
+
+    def wake(self):
+        self._call("wake")
+
+    def close(self):
+        self.closed = True
+
+
+class Serial(FakeLearner):
+    """A learner that, like the learner process, runs one call at a time: a save asked during its train step
+    runs after it (noted in `saved_in_step`); `spans` holds each train step's (start, end). With `hold`, a
+    train step lasts until that event is set."""
+
+    def __init__(self, step_s: float = 0.0, hold: threading.Event | None = None) -> None:
+        super().__init__(step_s)
+        self.lock, self.training, self.saved_in_step, self.spans = threading.Lock(), False, [], []
+        self.hold = hold
+
+    def train_step(self, samples):
+        with self.lock:
+            self.training, t0 = True, time.monotonic()
+            try:
+                assert self.hold is None or self.hold.wait(10)
+                return super().train_step(samples)
+            finally:
+                self.training = False
+                self.spans.append((t0, time.monotonic()))
+
+    def save_adapter(self, path, dtype=None):
+        self.saved_in_step.append(self.training)
+        with self.lock:
+            super().save_adapter(path, dtype)
+
+
+def _one_sample():
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(policy_version=0)]
+
+
+def test_pipelined_an_engine_restarted_while_the_learner_trains_gets_its_adapter_off_the_loop(tmp_path):
+    """Split and pipelined, one engine: the next step's rollouts find it dead while the learner trains. It is
+    started again off the event loop, given the adapter it had (version 0, from the folder written for
+    version 0) without asking the busy learner for anything (so no learner deadline runs behind its step),
+    and the rollouts are redone under version 0; the sync after the step gives the fresh engine version 1."""
+    from kforge.train.data import seed_everything
+    from kforge.train.trainer import StepTimes
+
+    hold = threading.Event()  # the learner's step lasts until the engine is restarted
+    learner, dead, fresh, restarted = Serial(hold=hold), Mortal(), Mortal(), []
+
+    def restart_backend():
+        try:
+            asyncio.get_running_loop()
+            restarted.append("on the event loop")
+        except RuntimeError:
+            restarted.append("in a thread" if learner.training else "after the learner's step")
+        hold.set()
+        return fresh
+
+    trainer = make_trainer(tmp_path, make_cfg(), learner, FakePool())
+    assert trainer.pipelined
+    trainer.parts.runner.backend, trainer.parts.restart_backend = dead, restart_backend
+    trainer._sync_adapter()  # as a run starts: version 0 to the engine
+    seed_everything(0)  # a step's rollouts start with it; its first call imports torch (seconds)
+
+    async def main():
+        learning = asyncio.ensure_future(trainer._learn_step(_one_sample(), StepTimes()))
+        while not learner.training:
+            await asyncio.sleep(0.01)
+        dead.dead = True  # the next step's rollouts meet a dead engine while the learner trains
+        rollouts = await trainer._rollouts(2, trainer.train_problems[:1])
+        await learning
+        await trainer._off_loop(trainer._sync_adapter)
+        return rollouts
+
+    rollouts = asyncio.run(main())
+    assert restarted == ["in a thread"] and dead.closed and trainer.restarts == 1
+    assert learner.saved_in_step == [False, False]  # the start's copy and the sync's: none behind a train step
+    assert fresh.loaded == [(0, 0), (1, 1)]  # each label with the weights it names, each folder its own
+    assert all(t.turns[0].policy_version == 0 for t in rollouts.trajectories) and len(rollouts.trajectories) == 4
+
+
+@pytest.mark.parametrize("dies_at", ["sleep", "wake", "load_adapter"])
+def test_an_engine_that_dies_asleep_or_in_the_sync_is_restarted_after_the_learners_step(tmp_path, dies_at):
+    """One GPU, colocated: the engine dies as it is put to sleep, while asleep (its wake fails) or as it loads
+    the new adapter. It is started again (not the run failed), and never while the learner trains on its GPU:
+    found dead by the sleep, it starts after the learner's step. The fresh engine gets the adapter it had, then
+    the step's."""
+    from kforge.train.trainer import StepTimes
+
+    cfg = make_cfg()
+    cfg.rollout.max_staleness = 0
+    learner, engine, fresh, starts = Serial(), Mortal(), Mortal(), []
+    trainer = make_trainer(tmp_path, cfg, learner, FakePool())
+    trainer.plan = Plan(["0"], rollout=[0], learner=[0], eval=[0])
+    trainer.parts.runner.backend = engine
+    trainer.parts.restart_backend = lambda: (starts.append((learner.training, len(learner.trained))), fresh)[1]
+    assert trainer.plan.mode == "colocated"
+    trainer._sync_adapter()  # version 0
+    engine.dies_at = dies_at
+    asyncio.run(trainer._learn_step(_one_sample(), StepTimes()))
+    trainer._sync_adapter()  # version 1
+    assert starts == [(False, 1)] and engine.closed and trainer.restarts == 1
+    assert fresh.loaded == ([(1, 1)] if dies_at == "load_adapter" else [(0, 0), (1, 1)]) and fresh.version == 1
+

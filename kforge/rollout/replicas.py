@@ -10,11 +10,17 @@ with.
 A replica whose worker dies is restarted on its own, on its own GPUs, in a thread (a vLLM start takes
 minutes) while the others keep serving: the dead engine is closed, a fresh one started (`start(k)`), and it
 takes requests only once it holds the current adapter (and sleeps if the others do). Its requests are
-retried once on a live replica, and their routes move there. A replica that fails a second time (or whose
+retried on a live replica, and their routes move there. A replica that fails a second time (or whose
 restart fails) is taken out with a warning and the run goes on with the rest; with none left a request
-raises `NoReplicaLeft`, which the trainer does not answer with a restart of the whole backend. An error of a
-replica that is still alive (an engine error for one request, a bad adapter folder) is not a replica failure
-and reaches the caller as it is.
+raises `NoReplicaLeft`, which the trainer does not answer with a restart of the whole backend. While the
+replicas sleep (colocated: the learner ranks train on their GPUs) a restart waits for `wake` before it
+starts vLLM, which sizes itself from the GPU's free memory, the learner's during its step.
+
+An error of a replica that is still alive (an engine error for one request, a bad adapter folder) is not a
+replica failure: nothing is restarted. A request that fails so is tried once more on its replica (a passing
+fault); failing again it raises `RequestFailed`, which is final like `NoReplicaLeft`: the trainer used to
+restart every engine for it, minutes per engine for one request that a live engine refuses. (A vLLM engine
+that died behind its live worker process counts as dead, `VLLMBackend.alive`, and is restarted.)
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ class NoReplicaLeft(BackendError):
     """Every rollout replica failed twice; restarting the whole backend would only repeat that."""
 
     final = True  # the trainer ends the run instead of restarting the backend
+
+
+class RequestFailed(BackendError):
+    """A request failed twice on a replica that is up: the request's own error, not an engine's death."""
+
+    final = True  # the trainer ends the run instead of restarting every engine
 
 
 class Replicas:
@@ -110,23 +122,29 @@ class Replicas:
     async def agenerate(self, requests: list[GenerationRequest],
                         on_completion: OnCompletion | None = None) -> list[Completion]:
         async def one(i: int, r: GenerationRequest) -> Completion:
-            k, engine = await self._pick(r.route)
-            try:
-                c = (await engine.agenerate([r]))[0]
-            except BackendError as exc:
-                if not self._failed(k, engine, exc):
-                    raise  # the replica is alive: an error of this request
-                k, engine = await self._pick(r.route)  # once more, on a live replica (the route moves there)
-                try:
-                    c = (await engine.agenerate([r]))[0]
-                except BackendError as again:
-                    self._failed(k, engine, again)
-                    raise
+            c = await self._one(r)
             if on_completion is not None:
                 on_completion(i, c)
             return c
 
         return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+
+    async def _one(self, r: GenerationRequest) -> Completion:
+        """One request on its route's replica. A replica found down is restarted (or taken out) and the
+        request goes to a live one; every such retry ends a replica's engine, so they are bounded by the
+        replicas' failures (then `NoReplicaLeft`). An error of a replica that is up is tried once more there,
+        then raised as `RequestFailed`: nothing is restarted for it."""
+        refused: BackendError | None = None
+        while True:
+            k, engine = await self._pick(r.route)  # after a failure the route moves to a live replica
+            try:
+                return (await engine.agenerate([r]))[0]
+            except BackendError as exc:
+                if self._failed(k, engine, exc):
+                    continue
+                if refused is not None:
+                    raise RequestFailed(f"rollout replica {k} refused a request twice: {exc}") from exc
+                refused = exc
 
     # ------------------------------------------------------------------ failures and restarts
     def _failed(self, k: int, engine: Any, exc: BaseException | None) -> bool:
@@ -167,8 +185,10 @@ class Replicas:
         latest adapter (and put to sleep when the others sleep), then live."""
         _close_quietly(dead)
         engine, have, asleep = None, None, False
+        with self._changed:  # asleep: the learner trains on these GPUs (colocated); start once they wake
+            self._changed.wait_for(lambda: not self._asleep or self._closed)
         try:
-            engine = self._start(k)  # type: ignore[misc]
+            engine = self._start(k) if not self._closed else None  # type: ignore[misc]
             while True:
                 with self._lock:
                     if self._closed:
@@ -200,10 +220,12 @@ class Replicas:
                 self.failures[k] += 1
             self._take_out(k, engine, f"its restart failed: {str(exc).splitlines()[0] if str(exc) else exc!r}")
             return
-        _close_quietly(engine)  # closed while it started
+        if engine is not None:
+            _close_quietly(engine)  # closed while it started
 
     def wait_restarts(self, timeout_s: float | None = None) -> bool:
-        """Wait until no replica is restarting; False when `timeout_s` passed first."""
+        """Wait until no replica is restarting; False when `timeout_s` passed first. The trainer calls it
+        before a colocated learner step, while the replicas are awake (asleep, a restart waits for `wake`)."""
         with self._changed:
             return self._changed.wait_for(lambda: RESTARTING not in self.state, timeout_s)
 
@@ -227,6 +249,7 @@ class Replicas:
         with self._lock:
             for name, value in state.items():
                 setattr(self, name, value)
+            self._changed.notify_all()  # a restart waiting for the replicas to wake
             return [(k, self.replicas[k]) for k in self._live()]
 
     def load_adapter(self, path: str, version: int) -> None:

@@ -222,6 +222,7 @@ class VLLMBackend:
         self._lora: tuple[str, int, str] | None = None
         self._next_lora_id = 1
         self._closed = False
+        self._engine_dead = False  # vLLM's engine died behind this live worker: see `_error`
         self._asleep = False
         self._pending_adapter: tuple[str, int] | None = None
         self._leases = AdapterLeases()
@@ -260,7 +261,15 @@ class VLLMBackend:
         try:
             return self._proc.call(op, timeout_s=timeout_s, **kwargs)
         except ServedError as exc:
-            raise BackendError(str(exc)) from None
+            raise self._error(exc) from None
+
+    def _error(self, exc: ServedError) -> BackendError:
+        """The worker's error for the caller. vLLM's EngineDeadError means its engine core died while this
+        worker lives on, and every later call fails alike: from now on the worker counts as dead (`alive`), so
+        it is restarted as one whose process died, not taken for one request's own error."""
+        if "EngineDeadError" in str(exc):
+            self._engine_dead = True
+        return BackendError(str(exc))
 
     # ------------------------------------------------------------------ RolloutBackend
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
@@ -282,7 +291,7 @@ class VLLMBackend:
                 out = await self._proc.acall("generate", request={"prompt_ids": list(r.prompt_ids), "sampling": sampling},
                                              lora=lora)
             except ServedError as exc:
-                raise BackendError(str(exc)) from None
+                raise self._error(exc) from None
             finally:
                 if lora is not None and self._leases.release(lora[1]) and not self._closed:
                     try:  # the last request of a replaced adapter: the engine may free it now
@@ -334,7 +343,7 @@ class VLLMBackend:
 
     def alive(self) -> bool:
         """The worker process runs and answers (one that let a call pass its deadline counts as dead)."""
-        return not self._closed and self._proc.alive()
+        return not self._closed and not self._engine_dead and self._proc.alive()
 
     def close(self) -> None:
         if self._closed:

@@ -13,9 +13,10 @@ The event loop is never held by a write: the adapter sync, checkpoints and trans
 (the learner's own thread for what touches the learner), so the next step's trajectories whose verdicts
 came back send their next turn meanwhile.
 
-Failure: a dead or hung learner (its calls have a deadline), a rollout worker that fails twice, or any
-error ends the run as `failed` with the reason in status.json; when the learner's state is still sound
-(it was not in the middle of a step) a checkpoint is saved first. `--resume` continues.
+Failure: a dead or hung learner (its calls have a deadline), a rollout worker that fails twice (a dead one is
+restarted off the loop: `train/engine.py`), or any error ends the run as `failed` with the reason in
+status.json; when the learner's state is still sound (it was not in the middle of a step) a checkpoint is
+saved first. `--resume` continues.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from kforge.runs.folder import ADAPTERS_DIR, LEARNER_DIR, STOP_FILE, RunFolder, 
 from kforge.runs.transcripts import write_transcript
 from kforge.space import run_write_failure
 from kforge.train.data import ProblemSampler, seed_everything, step_seed
+from kforge.train.engine import RolloutEngine
 from kforge.train.gpu import PeakMemory
 from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
 from kforge.train.placement import Plan
@@ -96,7 +98,6 @@ class Trainer:
     parts: Parts
     dashboard: Any = field(default_factory=NullDashboard)  # kforge train's Dashboard, or one showing nothing
     step: int = 0
-    restarts: int = 0
     sampler: ProblemSampler = field(init=False)
     _stop: StopFlag = field(default_factory=StopFlag)
     _history: list[dict[str, Any]] = field(default_factory=list)
@@ -110,6 +111,9 @@ class Trainer:
         self.levels = {p.key: p.level for p in self.train_problems + self.test_problems}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-learn")
         self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=getattr(self.parts.backend, "adapter_dtype", None))
+        self.engine = RolloutEngine(self.parts)  # hand-overs, sleep and wake, restarts: one at a time
+
+    restarts = property(lambda self: self.engine.restarts)  # whole-backend restarts
 
     @property
     def total_steps(self) -> int:
@@ -169,6 +173,7 @@ class Trainer:
             self.run.set_status(status, step=self.step, **why)
             raise
         finally:
+            self.engine.settle()  # a restart of cancelled rollouts ends first: its engine is closed with the parts
             sinks.close()
             peaks.stop()
             self._copies.close()  # what was written in /dev/shm (the engine has the weights loaded)
@@ -231,26 +236,18 @@ class Trainer:
         with self.dashboard.stage(ROLLOUTS, len(batch) * group * self.cfg.turns, step):
             try:
                 return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed, self._on_turn)
-            except BackendError as exc:
-                self._restart_backend(exc, step)
+            except BackendError as exc:  # off the loop: pipelined, the learner's step and its watch go on
+                await asyncio.to_thread(self._restart_backend, exc, step)
                 return await self.parts.runner.run_groups(batch, group, self.parts.learner.version, seed,
                                                           self._on_turn)
 
     def _restart_backend(self, exc: Exception, step: int) -> None:
-        """A dead rollout worker is started again with the current adapter and the step's rollouts are
-        redone once; a second failure ends the run (never a step computed from half the rollouts)."""
-        if self.parts.shares_model or self.parts.restart_backend is None or getattr(exc, "final", False):
-            raise exc  # final: every data-parallel replica failed twice (each restarts on its own first)
-        log.warning("step %d: rollout worker failed (%s); restarting it and retrying the step", step,
-                    str(exc).splitlines()[0])
-        try:
-            self.parts.backend.close()
-        except Exception as close_exc:  # the worker is already gone; closing is best effort
-            log.warning("closing the failed rollout worker: %s", close_exc)
-        self.parts.runner.backend = self.parts.restart_backend()
-        self._synced_version = None  # the new engine has no adapter yet
-        self._sync_adapter()
-        self.restarts += 1
+        """A dead rollout worker is started again with the adapter it had and the step's rollouts are redone
+        once; a second failure ends the run (never a step computed from half the rollouts)."""
+        if getattr(exc, "final", False):
+            raise exc  # every data-parallel replica failed twice, or a live one refused a request twice
+        self.engine.restart(exc)  # given the adapter the dead one had: the learner may be mid-step
+        log.warning("step %d: the step's rollouts are redone on the fresh rollout worker", step)
 
     def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None:
         self.dashboard.advance(stage=ROLLOUTS)
@@ -279,13 +276,14 @@ class Trainer:
         if not samples:
             log.warning("step %d: no sample with a non-zero advantage; optimiser step skipped", self.step + 1)
             return {"learner/skipped": 1.0}
-        # Colocated: every engine replica sleeps (weights to host RAM, KV cache freed), so the learner rank
-        # on its GPU has the memory for its activations; they wake for the next rollouts.
-        colocated = (self.plan.mode == "colocated" and self.cfg.rollout.sleep_between_phases
-                     and self.parts.backend is not None)
+        # Colocated: no replica restarts on a learner rank's GPU during its step, and every engine replica
+        # sleeps (weights to host RAM, KV cache freed), so the rank has the memory for its activations; they
+        # wake for the next rollouts (one that died meanwhile starts again then).
+        colocated = self.plan.mode == "colocated" and self.parts.backend is not None
+        sleeps = colocated and self.cfg.rollout.sleep_between_phases
         t0 = time.time()
         if colocated:
-            self.parts.backend.sleep()
+            await asyncio.to_thread(self.engine.before_learning, sleeps)
             times.sleep_s, t0 = time.time() - t0, time.time()
         version = self.parts.learner.version
         self._learning = True  # stays set when train_step raises: the learner's state is then unknown
@@ -297,7 +295,7 @@ class Trainer:
             times.learn_s = time.time() - t0
         self._learning = False
         if colocated:
-            self.parts.backend.wake()
+            await asyncio.to_thread(self.engine.after_learning, sleeps)
             times.wake_s = time.time() - t0 - times.learn_s
         staleness = [version - s.policy_version for s in samples]  # versions behind the weights it trained
         out = {k if "/" in k else f"learner/{k}": v for k, v in metrics.items()}
@@ -316,12 +314,14 @@ class Trainer:
         if adapter_dir is None and version == self._synced_version:
             return 0.0  # the learner skipped its step: the engine already has these weights
         self._synced_version = version
-        if adapter_dir is None or not (adapter_dir / "adapter_config.json").exists():
-            adapter_dir = self._copies.write(version, lambda d, dtype: self.parts.learner.save_adapter(str(d), dtype))
-        t1 = time.time()
-        self.parts.backend.load_adapter(str(adapter_dir), version)
+        def write() -> str:
+            if adapter_dir is not None and (adapter_dir / "adapter_config.json").exists():
+                return str(adapter_dir)
+            return str(self._copies.write(version, lambda d, dtype: self.parts.learner.save_adapter(str(d), dtype)))
+
+        saved = self.engine.hand_over(write, version)  # waits for a restart under way
         if times is not None:
-            times.sync_save_s, times.sync_load_s = t1 - t0, time.time() - t1
+            times.sync_save_s, times.sync_load_s = saved, time.time() - t0 - saved
         self._copies.prune(keep=3)
         return time.time() - t0
 

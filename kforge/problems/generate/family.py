@@ -99,8 +99,8 @@ def draw(k: Knobs) -> tuple[list[Drawn], list[Drawn]]:
             return train, heldout
     raise GenerateError(
         f"--depth {k.depth} --inputs {k.inputs} --reduce-share {k.reduce_share:g} gave {len(train)} training and "
-        f"{len(heldout)} held-out structures after {budget} draws, {k.train} + {k.heldout} needed: raise --depth "
-        "or --inputs, or ask for fewer problems")
+        f"{len(heldout)} held-out distinct structures (held-out ones of primitives training has) in {budget} draws, "
+        f"{k.train} + {k.heldout} needed: raise --depth or --inputs, or ask for fewer problems")
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,25 @@ def test_a_sample_of_solutions_is_judged_correct_by_the_real_pool_and_a_wrong_on
     assert [p.key for p, _ in refused] == [broken.key], [(p.key, v.status, v.feedback) for p, v in refused]
     assert refused[0][1].status.value == "incorrect" and len(heard) == 4
 
+
+
+def test_the_learn_preset_trains_on_the_rows_train_split_and_eval_scores_the_held_out_one(tmp_path: Path):
+    from kforge.config.loader import resolve
+    from kforge.eval.build import apply_split
+    from kforge.problems import problems_from_config
+    from kforge.train.build import split
+
+    gen.write(tmp_path, gen.build(SMALL).texts())
+    cfg = resolve("learn", None, [f"dataset.source={tmp_path / 'problems.jsonl'}"]).config
+    assert cfg.episode.mode == "single_turn" and cfg.episode.max_turns == 1
+    r = cfg.reward
+    assert r.speed_weight == 0 and not cfg.evaluator.measure_performance and r.format_weight > 0 < r.compile_weight
+    assert r.length_weight == 0 and r.thinking_weight == 0
+    # an incorrect kernel's best (format, compile, full partial credit) stays far below a correct one's worst
+    assert r.format_weight + r.compile_weight + r.partial_credit * r.correctness_weight < 0.5 * r.correctness_weight
+    declared = {p["key"]: p["split"] for p in gen.read_manifest(tmp_path)["problems"]}
+    train, test = split(cfg)
+    assert {p.key for p in train} == {k for k, s in declared.items() if s == "train"}
+    assert {p.key for p in test} == {k for k, s in declared.items() if s == "test"}
+    kept, trained = apply_split(problems_from_config(cfg.dataset), "test", cfg.dataset, is_run=True)
+    assert {p.key for p in kept} == {p.key for p in test} and trained == {p.key for p in train}

@@ -188,3 +188,8 @@ def test_the_learn_preset_trains_on_the_rows_train_split_and_eval_scores_the_hel
     assert {p.key for p in test} == {k for k, s in declared.items() if s == "test"}
     kept, trained = apply_split(problems_from_config(cfg.dataset), "test", cfg.dataset, is_run=True)
     assert {p.key for p in kept} == {p.key for p in test} and trained == {p.key for p in train}
+    # `kforge eval ADAPTER --preset learn dataset.source=...`: the split comes from the preset before the
+    # command's overrides (whose source is not this one); the rows' declared split still decides
+    preset_only = resolve("learn", None, []).config.dataset
+    kept, trained = apply_split(problems_from_config(cfg.dataset), "test", preset_only, is_run=False)
+    assert {p.key for p in kept} == {p.key for p in test} and trained == {p.key for p in train}

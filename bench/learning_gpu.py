@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     argvs = {arm: ["train", *base, "--plain", "--runs-dir", str(runs_dir), "--name", arm, "--max-steps",
                    str(args.steps), *gpu_of(args, i, train=True),
                    *shared, f"model.checkpoint={warm}", f"dataset.batch_size={args.batch}",
-                   f"dataset.group_size={args.group}", f"learner.learning_rate={args.lr}", "log.save_every=0",
+                   f"dataset.group_size={args.group}", f"dataset.epochs={-(-args.steps * args.batch // args.train)}",
+                   f"learner.learning_rate={args.lr}", "log.save_every=0",
                    "log.eval_every=0", "log.tensorboard=false", f"evaluator.workers_per_gpu={max(1, args.workers // 2)}",
                    *extra]
              for i, (arm, extra) in enumerate(ARMS.items())}

@@ -141,6 +141,7 @@ DOCUMENTS = {
     "eval results (eval_results-*.json)": ("kforge.eval.results", ("eval_results", "summary_by_split", "out_path")),
     "KernelBench baseline file": ("kforge.problems.baseline", ("baseline_file", "baseline_time")),
     "run status (status.json)": ("kforge.runs.folder", ("status.json", "STATUS_FILE")),
+    "generated curriculum's manifest (curriculum.json)": ("kforge.problems.generate.folder", ("curriculum.json",)),
 }
 # Every module that reads or writes a file raw (json.load/loads/dump, write_text, atomic_write_text), and the
 # files it owns. A module not listed here calls the owner's reader or writer.
@@ -170,6 +171,7 @@ RAW_IO = {
     "kforge.evaluator.layers": "cgroup control files",
     "kforge.evaluator.pool": "the CUDA build cache's done marker",
     "kforge.train.sft": "the warm start's record (sft.json) and its (problem, solution) pairs",
+    "kforge.problems.generate.folder": "a generated curriculum's files (problems, sft pairs, manifest)",
 }
 
 

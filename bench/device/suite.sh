@@ -68,18 +68,17 @@ w('/root/m7b', arch='qwen2', hidden=3584, layers=28, heads=28, kv_heads=4, inter
     split) section train_split 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name split \
              --max-steps 3 --gpus "rollout=0 learner=1 eval=1" model.dtype=bfloat16 rollout.max_tokens=256 \
              dataset.group_size=4 rollout.max_staleness=1 ;;
-    learning)  # bench/learning_gpu.py in the background (~15 min on one H200), from a frozen copy of the checkout;
-               # LG_ARGS adds flags (e.g. LG_ARGS="--steps 6 --gate-samples 12"); `learning_status` reports
+    learning)  # bench/learning_gpu.py in the background (its time on a GPU not yet measured), from a frozen copy of the checkout;
+               # LG_ARGS adds flags (e.g. LG_ARGS="--steps 16 --gpus 0,1,2"); `learning_status` reports
       if pgrep -f "bench/learning_gpu.py" > /dev/null; then echo "learning: already running"; continue; fi
       rm -rf /root/kf-lg /root/lg && mkdir -p /root/kf-lg /root/lg && cp -r kforge bench presets pyproject.toml /root/kf-lg/
-      kb=(); [ -f "$KB" ] && kb=(--kernelbench "$PWD/$KB")
       (cd /root/kf-lg && PYTHONPATH=/tmp/site:/root/kf-lg:/tmp/pkgs setsid nohup python3 bench/learning_gpu.py \
-         --out /root/lg/out "${kb[@]}" ${LG_ARGS:-} > /root/lg/bench.log 2>&1 < /dev/null &)
+         --out /root/lg/out ${LG_ARGS:-} > /root/lg/bench.log 2>&1 < /dev/null &)
       sleep 2; echo "learning: started (log /root/lg/bench.log)"; cat /root/lg/bench.log ;;
     learning_status)
       pgrep -f "bench/learning_gpu.py" > /dev/null && echo "learning: running" || echo "learning: not running"
       tail -n 45 /root/lg/bench.log 2>/dev/null | cut -c1-400
-      for a in sft gate real shuffled control eval_real eval_warm; do
+      for a in generate sft gate real shuffled control eval_real eval_shuffled eval_control; do
         [ -f /root/lg/out/logs/$a.out ] && { echo "--- $a"; tail -n 3 /root/lg/out/logs/$a.out | cut -c1-300; }
       done
       for f in /root/lg/bench.log /root/lg/out/results.json /root/lg/out/curve.png /root/lg/out/gate.json; do

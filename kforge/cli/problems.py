@@ -1,5 +1,5 @@
-"""`kforge problems ls|show|fetch|baseline`: the problems a source provides, getting KernelBench once, and
-timing every reference on this GPU into a KernelBench-format baseline file."""
+"""`kforge problems ls|show|fetch|baseline|generate`: the problems a source provides, getting KernelBench once,
+timing every reference on this GPU into a KernelBench-format baseline file, and writing a generated curriculum."""
 
 from __future__ import annotations
 
@@ -211,6 +211,59 @@ def baseline(
                   highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+@app.command("generate")
+def generate(
+    out: Path = typer.Option(..., "--out", "-o", help="folder to write (new, empty, or one this command wrote)"),
+    family: str = typer.Option("elementwise", "--family", help="the family of problems: elementwise"),
+    train: int = typer.Option(256, "--train", help="training problems (distinct structures)"),
+    heldout: int = typer.Option(64, "--heldout", help="held-out problems: structures never seen in training"),
+    depth: int = typer.Option(3, "--depth", help="most primitives on one path of an expression"),
+    inputs: int = typer.Option(3, "--inputs", help="most inputs (x, y, z) of one problem"),
+    reduce_share: float = typer.Option(0.25, "--reduce-share", help="share of problems reducing each row (sum, amax)"),
+    seed: int = typer.Option(0, "--seed", help="the same seed and knobs give byte-identical files"),
+    rows: int = typer.Option(16, "--rows", help="rows of every input"),
+    cols: int = typer.Option(4096, "--cols", help="columns of every input"),
+    level: int = typer.Option(1, "--level", help="the level of the problems' LEVEL/ID keys"),
+    verify: bool = typer.Option(False, "--verify", help="judge every solution with kforge's evaluator first and "
+                                "write nothing unless all are correct"),
+    cpu: bool = typer.Option(False, "--cpu", help="with --verify: judge on the CPU (Triton interpreter) even with a GPU"),
+) -> None:
+    """Write a seeded curriculum: problems.jsonl (a source: dataset.source=DIR/problems.jsonl, each row's split
+    on it), sft_pairs.jsonl (the train split's solutions, for `kforge sft --data`) and curriculum.json."""
+    from kforge.problems import generate as gen
+
+    knobs = gen.Knobs(family=family, train=train, heldout=heldout, depth=depth, inputs=inputs,
+                      reduce_share=reduce_share, seed=seed, rows=rows, cols=cols, level=level)
+    curriculum = gen.build(knobs)
+    if verify:
+        _verify(curriculum, cpu)
+    gen.write(out, curriculum.texts())
+    counts = curriculum.manifest["counts"]
+    console.print(escape(f"wrote {out}: {counts['train']} train and {counts['test']} held-out {family} problems "
+                         f"(seed {seed}); train with dataset.source={out / 'problems.jsonl'}, warm-start with "
+                         f"kforge sft --data {out / 'sft_pairs.jsonl'}"), highlight=False, soft_wrap=True)
+
+
+def _verify(curriculum, cpu: bool) -> None:
+    """Every solution through the evaluator pool; exit 1 naming the first refused, before anything is written."""
+    from kforge.config.schema import EvaluatorConfig
+    from kforge.evaluator import EvalPool
+    from kforge.gpus import default_devices
+    from kforge.ops.curriculum import judge_solutions, problems_of
+
+    problems = problems_of(curriculum.rows, "generate")
+    with EvalPool(EvaluatorConfig(measure_performance=False), devices=[] if cpu else default_devices()) as pool, \
+            progress_bar() as progress:
+        task = progress.add_task("judging solutions", total=len(problems))
+        refused = judge_solutions(pool, problems, lambda p, v: progress.advance(task))
+    if refused:
+        problem, verdict = refused[0]
+        raise fail(f"{len(refused)} of {len(problems)} generated solutions were not judged correct, e.g. "
+                   f"{problem.key}: {verdict.status.value} ({verdict.feedback.splitlines()[0] if verdict.feedback else ''}); "
+                   "nothing written", code=1)
+    console.print(f"all {len(problems)} solutions judged correct", highlight=False)
 
 
 def _lines(code: str) -> int:

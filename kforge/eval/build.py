@@ -237,10 +237,14 @@ def apply_split(selected: list, split: str, split_dataset: Any, is_run: bool) ->
 
     if split == "all" and not is_run:
         return selected, set()  # a model with no run behind it has trained on none of them
-    try:
-        trained = training_keys(split_dataset)
-    except ProblemSourceError as exc:
-        raise ProblemSourceError(f"cannot rebuild the run's train/test split ({exc}); use --split all") from None
+    if selected and all(p.split is not None for p in selected):
+        # The rows declare their split (a generated curriculum): the same whichever config drew it.
+        trained = {p.key for p in selected if p.split == "train"}
+    else:
+        try:
+            trained = training_keys(split_dataset)
+        except ProblemSourceError as exc:
+            raise ProblemSourceError(f"cannot rebuild the run's train/test split ({exc}); use --split all") from None
     if split == "test":
         kept = [p for p in selected if p.key not in trained]
         if not kept:

@@ -25,6 +25,9 @@ class Problem:
     source: str = "builtin"
     # The built-in suite keeps a correct Triton solution beside each problem (examples and tests).
     solution: str | None = None
+    # A source may declare each problem's split ("train" or "test"): `kforge problems generate` holds out
+    # structures, not a random share, and every command then reads the split from the rows.
+    split: str | None = None
 
     @property
     def key(self) -> str:

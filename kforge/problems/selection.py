@@ -139,9 +139,13 @@ def split_problems(problems: Sequence[Problem], test_fraction: float, seed: int)
 
     The test set holds round(n * test_fraction) problems (at least one when the fraction is positive and
     there are two or more problems; never all of them). Both lists come back sorted by (level, id).
+    Problems whose source declares their split (a `split` on each row) keep it: fraction and seed are unused.
     """
     if not 0.0 <= test_fraction < 1.0:
         raise ProblemSourceError(f"test_fraction {test_fraction} is outside [0, 1): give e.g. 0.1")
+    declared = [p for p in problems if p.split is not None]
+    if declared:
+        return _declared_split(problems, len(declared))
     unique: dict[str, Problem] = {}
     for p in problems:
         if p.key in unique:
@@ -158,6 +162,17 @@ def split_problems(problems: Sequence[Problem], test_fraction: float, seed: int)
     test_keys = {p.key for p in ranked[:n_test]}
     ordered = sorted(unique.values(), key=lambda p: (p.level, p.problem_id))
     return [p for p in ordered if p.key not in test_keys], [p for p in ordered if p.key in test_keys]
+
+
+def _declared_split(problems: Sequence[Problem], n_declared: int) -> tuple[list[Problem], list[Problem]]:
+    """(train, test) as the rows say; a source that declares the split of some problems must declare all."""
+    if n_declared < len(problems):
+        bare = next(p for p in problems if p.split is None)
+        raise ProblemSourceError(
+            f"problem {bare.key} ({bare.name}) has no split while {n_declared} others declare theirs: "
+            "give every row of the source a split (train or test), or none")
+    ordered = sorted(problems, key=lambda p: (p.level, p.problem_id))
+    return [p for p in ordered if p.split == "train"], [p for p in ordered if p.split == "test"]
 
 
 def problems_from_config(dataset_cfg: "DatasetConfig") -> list[Problem]:

@@ -7,7 +7,8 @@ this module imports no other problem module (KernelBench's locator builds on it)
   the cache that ``kforge problems fetch kernelbench`` fills (order and details in ``kernelbench.py``);
 - ``hf`` (or ``hf:<dataset>``): the ``ScalingIntelligence/KernelBench`` dataset, through the optional
   ``datasets`` package and the internet;
-- a path: a ``.jsonl`` file of ``{level, problem_id, name, code}`` rows, or a KernelBench checkout folder
+- a path: a ``.jsonl`` file of ``{level, problem_id, name, code}`` rows (optionally ``solution``, and
+  ``split``: train or test, which then decides the train/test split instead of ``dataset.test_fraction``), or a KernelBench checkout folder
   (``<root>/KernelBench/levelN/*.py`` or ``<root>/levelN/*.py``);
 - the prefixed forms that `Problem.source` records (``jsonl:<path>``, ``kernelbench:<root>``), so a
   problem's source string loads it again.
@@ -32,6 +33,7 @@ _LEVEL_DIR = re.compile(r"^level(\d+)$")
 # KernelBench names a problem file "<id>_<Name>.py"; the id is the number before the first underscore.
 _PROBLEM_FILE = re.compile(r"^(\d+)_\S+\.py$")
 _REQUIRED_FIELDS = ("level", "problem_id", "name", "code")
+SPLITS = ("train", "test")  # the splits a row may declare
 
 _OTHER_WAYS = (
     "get the problems another way: a .jsonl file of {level, problem_id, name, code} rows, or a KernelBench "
@@ -164,6 +166,9 @@ def _problem_from_row(row: Any, source: str, where: str) -> Problem:
     if not isinstance(row["code"], str) or not row["code"].strip():
         raise ProblemSourceError(f"{where}: code must be a non-empty string")
     solution = row.get("solution")
+    split = row.get("split")
+    if split is not None and split not in SPLITS:
+        raise ProblemSourceError(f"{where}: split {split!r}: a row's split is train or test (or absent)")
     return Problem(
         level=level,
         problem_id=problem_id,
@@ -171,6 +176,7 @@ def _problem_from_row(row: Any, source: str, where: str) -> Problem:
         code=row["code"],
         source=source,
         solution=solution if isinstance(solution, str) else None,
+        split=split,
     )
 
 

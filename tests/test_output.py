@@ -104,3 +104,30 @@ def test_piped_eval_progress_speaks_while_nothing_finishes(capsys):
         time.sleep(2.5)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) >= 2 and all(line.startswith("generate: 3/40 (") for line in lines), lines
+
+
+def test_brackets_in_printed_text_are_printed_as_they_are(tmp_path):
+    """Rich markup would eat `[gpu]` of a fix and `[red]` of a run's name: every string kforge prints from a
+    check, a file or the user is text."""
+    from kforge.runs.folder import RunFolder
+
+    res = kforge("doctor", "--preset", "tiny", "rollout.backend=vllm", "--runs-dir", str(tmp_path / "runs"))
+    vllm = [line for line in res.stdout.splitlines() if "package vllm" in line]
+    if vllm and "not installed" in vllm[0]:  # vllm is not installed here: the row's fix names the extra
+        assert "pip install 'kforge[gpu]'" in vllm[0], vllm
+    assert "sandbox: [kernel]" in res.stdout  # the layer of each sandbox row
+    run = RunFolder.create(tmp_path, "lr[red]", "preset: tiny\n")
+    run.set_status("finished", preset="tiny")
+    run.log_metrics({"step": 1, "reward/mean": 0.5})
+    for env in ({}, {"COLUMNS": "200"}):
+        listed = kforge("runs", "ls", "--runs-dir", str(tmp_path), env=env)
+        assert listed.returncode == 0 and "lr[red]" in listed.stdout, listed.stdout
+        shown = kforge("runs", "show", "lr[red]", "--runs-dir", str(tmp_path), env=env)
+        assert shown.returncode == 0 and "run lr[red]" in shown.stdout and "[bold]" not in shown.stdout, shown.stdout
+    out = StringIO()
+    with Dashboard(Console(file=out, width=200, force_terminal=True), "lr[red]", 3, "p [dim]x", live=True) as dash:
+        dash.kernel("1/3 [bold]", 1, "compile_error", "expected [int] got [red]")
+        dash.warn("a [yellow] warning")
+    frame = out.getvalue()
+    for text in ("lr[red]", "p [dim]x", "1/3 [bold]", "expected [int] got [red]", "a [yellow] warning"):
+        assert text in frame, (text, frame)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, print_fields
@@ -27,7 +27,7 @@ def _explain_table() -> Table:
     table.add_column("detail")
     for name, active, detail in layers.explain():
         layer, _, rest = name.partition("] ") if name.startswith("[") else ("[kernel", "", name)
-        table.add_row(layer.lstrip("["), escape(rest), "[green]yes[/]" if active else "[red]no[/]", escape(detail))
+        table.add_row(layer.lstrip("["), rest, Text("yes", style="green") if active else Text("no", style="red"), detail)
     return table
 
 
@@ -57,17 +57,17 @@ def _devices(cpu: bool) -> list[int]:
     return [] if cpu else default_devices()
 
 
-def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str]], str]:
+def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str | Text]], str]:
     """The verdict as (label, value) rows, and its colour."""
     style = "green" if verdict.correct else ("yellow" if verdict.status.value in ("correct", "incorrect") else "red")
-    rows = [("problem", escape(f"{problem.key} {problem.name}")),
-            ("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
-                                                               if verdict.status.value == "correct" else "")),
+    rows = [("problem", f"{problem.key} {problem.name}"),
+            ("status", Text(verdict.status.value, style=style) + ("" if verdict.correct else "  (not accepted)"
+                                                                  if verdict.status.value == "correct" else "")),
             ("trials", f"{verdict.trials_passed}/{verdict.trials}")]
     if verdict.max_abs_error is not None:
         rows.append(("max abs error", f"{verdict.max_abs_error:.3g}"))
     if verdict.flags:
-        rows.append(("flags", escape(", ".join(verdict.flags))))
+        rows.append(("flags", ", ".join(verdict.flags)))
     if verdict.timings is not None:
         t = verdict.timings
         rows.append(("time", f"mean {t.mean_ms:.4g} ms reported (median {t.median_ms:.4g}, min {t.min_ms:.4g}, "
@@ -79,7 +79,7 @@ def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str]], str]:
     rows.append(("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
                  else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)")))
     rows.append(("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s"))
-    rows.append(("feedback", escape(verdict.feedback)))
+    rows.append(("feedback", verdict.feedback))
     return rows, style
 
 

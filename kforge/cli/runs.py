@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kforge.runs.folder import find_run, list_runs
 from kforge.ui.console import console, fail, rule
@@ -78,7 +79,7 @@ def ls(runs_dir: str = RunsDirOpt,
         style = STATUS_STYLE.get(r["status"], "")
         table.add_row(
             r["name"],
-            f"[{style}]{r['status']}[/]" if style else r["status"],
+            Text(r["status"], style=style),
             _fmt_time(r["started"]),
             str(r["steps"]),
             _fmt_num(r["best_reward"]),
@@ -150,18 +151,19 @@ def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> N
         return
     for rec in records:
         if "truncated" in rec:
-            console.print(f"[yellow]... {rec['truncated']} more trajectories not written: {rec['reason']}[/]")
+            console.print(f"... {rec['truncated']} more trajectories not written: {rec['reason']}", style="yellow")
             continue
         rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
         for t in rec["turns"]:
             verdict = t["status"] + (f" x{t['speedup']:.2f}" if t.get("speedup") else "") + (
                 f" flags {','.join(t['flags'])}" if t.get("flags") else "")
-            console.print(f"[cyan]turn {t['turn']}[/] (policy v{t['policy_version']}, prompt {t['prompt_tokens']} "
-                          f"tokens #{t['prompt_sha']}) verdict [bold]{verdict}[/] score {t['score']:.3f} "
-                          f"return {t['return']:.3f} advantage {t['advantage']:+.3f}", highlight=False)
-            console.print(t["response"], markup=False, highlight=False)
+            console.print(Text.assemble((f"turn {t['turn']}", "cyan"), f" (policy v{t['policy_version']}, prompt "
+                                        f"{t['prompt_tokens']} tokens #{t['prompt_sha']}) verdict ", (verdict, "bold"),
+                                        f" score {t['score']:.3f} return {t['return']:.3f} advantage "
+                                        f"{t['advantage']:+.3f}"))
+            console.print(t["response"], highlight=False)
             if t.get("feedback"):
-                console.print(f"[dim]feedback: {t['feedback'].strip()}[/]", highlight=False)
+                console.print(f"feedback: {t['feedback'].strip()}", style="dim", highlight=False)
 
 
 @app.command("stop")

@@ -253,3 +253,21 @@ def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the
     res = CliRunner().invoke(app, ["runs", "show", "[r]", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 2 and isinstance(res.exception, (type(None), SystemExit))  # no traceback
     assert res.stderr.strip().splitlines() == [expected]
+
+
+def test_a_dry_run_is_refused_where_the_real_start_is(tmp_path):
+    """`train --dry-run` runs the pre-flight the start runs: a GPU preset without a GPU and a file given as
+    --runs-dir are the same one line (exit 2) as the start, before a plan is printed; a dry run that passes
+    makes no folder."""
+    no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
+    runs = tmp_path / "runs"
+    dry = kforge("train", "--preset", "kevin", "--dry-run", "--runs-dir", str(runs), env=no_gpu)
+    line = one_line_exit_2(dry)
+    assert line.startswith("error: gpus:") and "placement" not in dry.stdout
+    assert one_line_exit_2(kforge("train", "--preset", "kevin", "--runs-dir", str(runs), env=no_gpu)) == line
+    a_file = tmp_path / "runs-file"
+    a_file.write_text("mine")
+    line = one_line_exit_2(kforge("train", "--preset", "tiny", "--dry-run", "--runs-dir", str(a_file)))
+    assert f"{a_file} is a file, not a folder" in line and a_file.read_text() == "mine"
+    ok = kforge("train", "--preset", "tiny", "--dry-run", "--runs-dir", str(runs), env=no_gpu)
+    assert ok.returncode == 0 and "placement:" in ok.stdout and not runs.exists(), ok.stderr

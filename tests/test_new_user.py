@@ -271,3 +271,46 @@ def test_a_dry_run_is_refused_where_the_real_start_is(tmp_path):
     assert f"{a_file} is a file, not a folder" in line and a_file.read_text() == "mine"
     ok = kforge("train", "--preset", "tiny", "--dry-run", "--runs-dir", str(runs), env=no_gpu)
     assert ok.returncode == 0 and "placement:" in ok.stdout and not runs.exists(), ok.stderr
+
+
+def test_a_binary_input_file_is_one_line_naming_it(tmp_path):
+    """Every file kforge reads from a user: pairs, candidates (a JSONL or a folder of them), a problem source,
+    a problem file, a corpus, a baseline, a results file, a config."""
+    blob = bytes(range(256)) * 4
+    binary = tmp_path / "bin.py"
+    binary.write_bytes(blob)
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    (folder / "1_1.py").write_bytes(blob)
+    source = tmp_path / "source" / "level1"
+    source.mkdir(parents=True)
+    (source / "1_Relu.py").write_bytes(blob)
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "1_1.py").write_text(next(p.solution for p in __import__("kforge.problems").problems.builtin_problems()
+                                      if p.key == "1/1"))
+    cases = [
+        (["sft", "--preset", "tiny", "--data", binary, "--out", tmp_path / "sft"], binary),
+        (["eval", "--candidates", binary, "--source", "builtin", "--level", "1"], binary),
+        (["eval", "--candidates", folder, "--source", "builtin", "--level", "1"], folder / "1_1.py"),
+        (["problems", "ls", "--source", tmp_path / "source"], source / "1_Relu.py"),
+        (["problems", "ls", "--source", tmp_path / "bin.jsonl"], tmp_path / "bin.jsonl"),
+        (["check", good / "1_1.py", "--problem", binary], binary),
+        (["eval", "--candidates", good, "--source", "builtin", "--level", "1", "--problems", "1",
+          "--baseline", binary, "--out", tmp_path / "r.json"], binary),
+        (["eval", "compare", binary, binary], binary),
+        (["config", "show", "--config", binary], binary),
+    ]
+    (tmp_path / "bin.jsonl").write_bytes(blob)
+    from typer.testing import CliRunner
+
+    from kforge.cli.app import compare_app
+
+    for args, named in cases:
+        said = "not a text file" if not ({"compare", "--baseline"} & set(args)) else "not JSON"
+        command, args = (compare_app, args[2:]) if args[:2] == ["eval", "compare"] else (app, args)
+        res = CliRunner().invoke(command, [str(a) for a in args])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, (args, res.output, res.exception)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.exception)
+        assert str(named) in lines[0] and said in lines[0], (args, lines)

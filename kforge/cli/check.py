@@ -13,6 +13,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from kforge.errors import UserError
+from kforge.jsonl import read_text
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, print_fields
 
@@ -43,10 +45,7 @@ def _load_problem(spec: str, source: str) -> Any:
 
     path = Path(spec).expanduser()
     if spec.endswith(".py") and path.is_file():  # a KernelBench-format problem file
-        try:
-            code = path.read_text()
-        except (UnicodeDecodeError, ValueError):
-            raise fail(f"problem file {path} is not a text file; give a KernelBench-format .py file") from None
+        code = read_text(path, UserError, "problem file", "give a KernelBench-format .py file")
         return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
     return find_problem(load_problems(source), spec)
 
@@ -114,10 +113,7 @@ def check(
         raise fail("missing --problem: name the problem, e.g. --problem 1/3 (see `kforge problems ls`)")
     if backend not in KERNEL_BACKENDS:
         raise fail(f"unknown backend {backend!r}: use one of {names()}")
-    try:
-        code = candidate.read_text()
-    except (UnicodeDecodeError, ValueError):
-        raise fail(f"candidate {candidate} is not a text file; give the kernel's .py source") from None
+    code = read_text(candidate, UserError, "candidate", "give the kernel's .py source")
     prob = _load_problem(problem, source)
 
     from kforge.config.schema import EvaluatorConfig

@@ -268,7 +268,10 @@ def _find_problem(spec: str, source: str) -> "Problem":
 
     path = Path(spec).expanduser()
     if path.suffix == ".py" and path.is_file():
-        code = path.read_text(encoding="utf-8")
+        from kforge.errors import UserError
+        from kforge.jsonl import read_text
+
+        code = read_text(path, UserError, "problem file", "give a KernelBench-format .py file")
         return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
     return find_problem(load_problems(source), spec)
 

@@ -23,6 +23,7 @@ from kforge.errors import UserError
 from kforge.eval.report import SampleOutcome, summarize
 from kforge.eval.results import write_results
 from kforge.evaluator.verdict import Verdict
+from kforge.jsonl import read_text
 from kforge.problems.record import Problem
 
 log = logging.getLogger("kforge.eval")
@@ -98,9 +99,12 @@ def load_candidates(path: Path, problems: list[Problem]) -> list[tuple[Problem, 
         for f in sorted(path.glob("*.py")):
             stem = f.stem
             m = re.fullmatch(r"(\d+)_(\d+)", stem)
-            add(f"{m.group(1)}/{m.group(2)}" if m else stem, f.read_text(), str(f))
+            add(f"{m.group(1)}/{m.group(2)}" if m else stem, read_text(f, EvalTargetError, "candidate",
+                                                                      "give the kernel's .py source"), str(f))
     elif path.is_file():
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        text = read_text(path, EvalTargetError, "--candidates", "give a JSONL of {\"problem\", \"code\"} lines "
+                         "or a folder of LEVEL_ID.py files")
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:

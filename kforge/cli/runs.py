@@ -106,6 +106,8 @@ def show(
         return
     if problem is not None:
         raise fail("--problem needs --step N (the transcript of one step)")
+    if plot:
+        _plots_can_be_written(run)
     summary = run.summary()
     metrics = run.metrics()
     last = metrics[-1] if metrics else {}
@@ -127,11 +129,29 @@ def show(
                 table.add_row(f"last {key}", f"{last[key]:.4g}")
         console.print(table)
     if plot:
+        from kforge.space import write_failure
         from kforge.train.plots import write_plots
 
-        paths = write_plots(run)
+        try:
+            paths = write_plots(run)
+        except OSError as exc:  # the disk filled up, or the folder changed since the probe
+            why = write_failure(exc)
+            if why is None:
+                raise
+            raise fail(f"--plot: {why}", code=1) from None
         for p in paths:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {p}", highlight=False, soft_wrap=True)
+
+
+def _plots_can_be_written(run) -> None:
+    """--plot writes PNGs into the run folder: asked before anything is printed, as `train` asks."""
+    from kforge.space import UnwritableFolder, check_writable
+
+    try:
+        check_writable(run.path, "run folder")
+    except UnwritableFolder as exc:
+        raise fail(f"--plot writes into the run folder {run.path}: {exc.why}; show it without --plot, or "
+                   "copy the run folder somewhere writable") from None
 
 
 def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> None:
@@ -343,6 +363,7 @@ def rm(
 ) -> None:
     """Delete a run folder (asks first). A running run is never removed."""
     from kforge.ops.run_control import ACTIVE, RunControlError, remove_run
+    from kforge.space import check_deletable
 
     run = find_run(name, runs_dir)
     status = run.effective_status()
@@ -351,6 +372,7 @@ def rm(
             remove_run(run)
         except RunControlError as exc:
             raise fail(str(exc), code=1) from None
+    check_deletable(run.path, "run folder")  # a read-only folder: one line before the question
     if not yes and not _confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
                                 f"runs rm {run.name}: nothing to confirm it on (no terminal, no input); "
                                 f"add --yes to delete {run.path}"):

@@ -255,11 +255,15 @@ def watch(
 
     from rich.live import Live
 
-    from kforge.ops.watch import plain_line, render, snapshot
+    from kforge.ops.watch import fields, plain_line, render, snapshot
 
     run = find_run(name, runs_dir)
     if once:
-        console.print(render(snapshot(run)))
+        if console.is_terminal and not plain:
+            console.print(render(snapshot(run)))
+        else:  # a pipe: `key: value` lines, as `check` prints them
+            for key, value in fields(snapshot(run)):
+                console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
         return
     try:
         if console.is_terminal and not plain:

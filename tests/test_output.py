@@ -28,9 +28,11 @@ def test_piped_check_prints_key_value_lines_not_a_padded_panel(tmp_path):
                        "        return torch.relu(x)\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
                        "def get_init_inputs():\n    return []\n")
     res = kforge("check", str(CANDIDATES / "copy_kernel.py"), "--problem", str(problem), "--trials", "2")
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 1, res.stderr[-2000:]  # not correct: exit 1, so a script can gate on it
     lines = res.stdout.splitlines()
     assert "status: incorrect" in lines and any(line.startswith("trials: ") for line in lines)
+    accepted = kforge("check", str(CANDIDATES / "relu_correct.py"), "--problem", str(problem), "--trials", "2")
+    assert accepted.returncode == 0 and "status: correct" in accepted.stdout.splitlines(), accepted.stdout
     assert max(len(line) for line in lines) < 400 and not any(line.endswith(" ") for line in lines)
     code = "from kforge.ui.console import rule; rule('step 1')"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "--- step 1 ---\n"

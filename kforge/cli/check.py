@@ -1,6 +1,7 @@
 """`kforge check CANDIDATE.py --problem SPEC`: evaluate one kernel file and print its verdict.
 
-Exit code 0 whatever the verdict (a wrong kernel is a result, not an error); 2 for bad arguments.
+Exit code 0 when the kernel is accepted (verdict `correct`), 1 for any other verdict (so a script can gate on
+it: the verdict is still printed), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -93,7 +94,10 @@ def check(
     no_time: bool = typer.Option(False, "--no-time", help="skip timing even on a GPU"),
     cpu: bool = typer.Option(False, "--cpu", help="evaluate on the CPU (Triton interpreter) even with a GPU"),
 ) -> None:
-    """Evaluate one kernel file against one problem and print the verdict."""
+    """Evaluate one kernel file against one problem and print the verdict.
+
+    Exit code 0 when the kernel is accepted (verdict correct), 1 for any other verdict, 2 for bad input.
+    """
     if explain_sandbox:
         if as_json:
             # --json promises one document: with a candidate the protections go inside its verdict object.
@@ -130,6 +134,8 @@ def check(
         if explain_sandbox:
             out["sandbox"] = sandbox
         print(json.dumps(out, default=str))
-        return
-    rows, style = _fields(verdict, prob)
-    print_fields(f"kforge check ({backend})", rows, style)
+    else:
+        rows, style = _fields(verdict, prob)
+        print_fields(f"kforge check ({backend})", rows, style)
+    if not verdict.correct:  # a rejected kernel is a result, but one a script must be able to gate on
+        raise typer.Exit(1)

@@ -52,6 +52,9 @@ def train(
         flag = "--preset" if preset else "--config"
         raise fail(f"--resume continues {resume} with its own config.yaml; drop {flag} (change single settings "
                    "with key=value, recorded in the run's config_history.jsonl), or start a new run with --name")
+    if resume and name is not None:  # the run keeps its folder and name: a new one would be silently ignored
+        raise fail(f"--resume continues {resume} in its own folder under its own name; drop --name {name}, or "
+                   f"start a new run with --name {name}")
     target = resume_target(resume, runs_dir, extra) if resume else None
     if target is not None and target.nothing_to_do:  # whatever the overrides; nothing in the run is written
         _say(f"run {target.run.name} is finished at step {target.done}; nothing to resume. To train it further: "

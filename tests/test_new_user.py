@@ -314,3 +314,16 @@ def test_a_binary_input_file_is_one_line_naming_it(tmp_path):
         assert res.exit_code == 2 and len(lines) == 1, (args, res.output, res.exception)
         assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.exception)
         assert str(named) in lines[0] and said in lines[0], (args, lines)
+
+
+def test_wandb_project_without_wandb_is_refused_before_the_run(tmp_path):
+    """W&B asked for but not installed: one line before any run folder, like missing credentials, not a
+    warning followed by a whole run without it."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--name", "r",
+                                  "--plain", "log.wandb_project=p"))
+    assert "wandb: log.wandb_project=p but wandb is not installed" in line and "kforge[wandb]" in line
+    assert not (tmp_path / "runs" / "r").exists()

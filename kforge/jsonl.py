@@ -8,9 +8,22 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-def read_text(path: Path | str, error: type[Exception], what: str, want: str) -> str:
-    """The text of a file the user named; one that is not text raises `error`: "`what` `path` is not a text
-    file; `want`"."""
+# A kernel's source is kilobytes; a candidate of megabytes is a wrong file (a log, a dump), refused in one line
+# before the evaluator compiles and the results file keeps it.
+CANDIDATE_MAX_BYTES = 1 << 20
+
+
+def too_big(size: int, limit: int) -> str | None:
+    """What to say of `size` bytes over `limit`, or None."""
+    return f"{size / 2**20:.1f} MiB, over the {limit / 2**20:g} MiB a kernel source may be" if size > limit else None
+
+
+def read_text(path: Path | str, error: type[Exception], what: str, want: str, limit: int | None = None) -> str:
+    """The text of a file the user named; one that is not text, or over `limit` bytes, raises `error`:
+    "`what` `path` is not a text file; `want`"."""
+    over = too_big(Path(path).stat().st_size, limit) if limit is not None else None
+    if over:
+        raise error(f"{what} {path} is {over}; {want}")
     try:
         return Path(path).read_text(encoding="utf-8")
     except (UnicodeDecodeError, ValueError):  # ValueError: a NUL byte in a name or a codec's refusal

@@ -327,3 +327,36 @@ def test_wandb_project_without_wandb_is_refused_before_the_run(tmp_path):
                                   "--plain", "log.wandb_project=p"))
     assert "wandb: log.wandb_project=p but wandb is not installed" in line and "kforge[wandb]" in line
     assert not (tmp_path / "runs" / "r").exists()
+
+
+def test_small_slips_are_one_line_each(tmp_path, clean_env, capsys):
+    """An empty --preset (it meant `default`), a level no source has, an abbreviated key (the suggestion is the
+    key it abbreviates), a candidate of megabytes."""
+    from kforge.cli.app import main
+
+    def refused(*args, env=None):
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in (env or {}).items():
+                mp.setenv(key, value)
+            with pytest.raises(SystemExit) as done:
+                main([str(a) for a in args])
+        out = capsys.readouterr()
+        lines = out.err.strip().splitlines()
+        assert done.value.code == 2 and len(lines) == 1, (args, out.out[-2000:], out.err[-2000:])
+        return lines[0]
+
+    for command in (["config", "show"], ["doctor"], ["train", "--dry-run"]):
+        assert "--preset" in refused(*command, "--preset", "") and "is empty" in refused(*command, "-p", " ")
+    assert "its levels: 1, 2" in refused("problems", "ls", "--source", "builtin", "--level", "7")
+    line = refused("config", "show", env={"KFORGE_LEARNER__LR": "1e-5"})
+    assert line.endswith("did you mean KFORGE_LEARNER__LEARNING_RATE?"), line
+    assert refused("config", "show", "dataset.bs=2").endswith("did you mean dataset.batch_size?")
+    big = tmp_path / "1_1.py"
+    big.write_text("# padding\n" * (3 << 20))  # 30 MB
+    line = refused("check", big, "--problem", "1/1")
+    assert str(big) in line and "MiB, over the 1 MiB" in line
+    assert "MiB, over the 1 MiB" in refused("eval", "--candidates", tmp_path, "--source", "builtin", "--level", "1")
+    pairs = tmp_path / "cands.jsonl"
+    pairs.write_text(json.dumps({"problem": "1/1", "code": "x" * (2 << 20)}) + "\n")
+    line = refused("eval", "--candidates", pairs, "--source", "builtin", "--level", "1")
+    assert f"{pairs}:1:" in line and "MiB, over the 1 MiB" in line

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kforge.errors import UserError
-from kforge.jsonl import read_text
+from kforge.jsonl import CANDIDATE_MAX_BYTES, read_text
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, print_fields
 
@@ -117,7 +117,7 @@ def check(
         raise fail("missing --problem: name the problem, e.g. --problem 1/3 (see `kforge problems ls`)")
     if backend not in KERNEL_BACKENDS:
         raise fail(f"unknown backend {backend!r}: use one of {names()}")
-    code = read_text(candidate, UserError, "candidate", "give the kernel's .py source")
+    code = read_text(candidate, UserError, "candidate", "give the kernel's .py source", CANDIDATE_MAX_BYTES)
     prob = _load_problem(problem, source)
 
     from kforge.config.schema import EvaluatorConfig

@@ -19,7 +19,14 @@ def _preset_help() -> str:
     return f"preset name (presets/NAME.yaml): {', '.join(preset_names())}; default: default"
 
 
-PresetOpt = typer.Option(None, "--preset", "-p", help=_preset_help())
+def _named(preset: Optional[str]) -> Optional[str]:
+    """--preset "" would silently mean `default` (commands read a missing preset so): refused instead."""
+    if preset is not None and not preset.strip():
+        raise typer.BadParameter("is empty: name a preset, or leave --preset out for `default`")
+    return preset
+
+
+PresetOpt = typer.Option(None, "--preset", "-p", help=_preset_help(), callback=_named)
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML file layered over the preset")
 OverridesArg = typer.Argument(None, help="key.sub=value overrides, e.g. dataset.batch_size=8", show_default=False)
 

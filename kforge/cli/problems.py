@@ -57,6 +57,11 @@ def ls(
 ) -> None:
     """List the problems of a source (key, name, level, lines, solution, hub needs) and where they came from."""
     problems = load_problems(source, level)
+    if level and not problems:  # a level the source does not have is a typo, not an empty listing
+        have = sorted({p.level for p in load_problems(source)})
+        levels = ", ".join(map(str, level))
+        raise fail(f"--level {levels}: source {source} has no problems at that level; "
+                   + (f"its levels: {', '.join(map(str, have))}" if have else "it holds no problems"))
     where = _where(source)
     hub = _hub_notes(problems)
     if as_json:
@@ -80,8 +85,7 @@ def ls(
         return
     console.print(f"source {source}: {where}", highlight=False, soft_wrap=True)
     if not problems:
-        levels = ", ".join(map(str, level or []))
-        console.print(f"no problems in source {source!r}" + (f" at level {levels}" if levels else ""))
+        console.print(f"no problems in source {source!r}")
         return
     table = Table(title=f"problems from {source} ({len(problems)})")
     table.add_column("key", style="cyan", no_wrap=True)

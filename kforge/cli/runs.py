@@ -239,7 +239,7 @@ def logs(
             sys.stdout.write(chunk)
             sys.stdout.flush()
     except KeyboardInterrupt:
-        pass
+        raise typer.Exit(130) from None  # Ctrl-C: exit 130, as every command
 
 
 @app.command("watch")
@@ -323,7 +323,10 @@ def tb(
                   highlight=False, soft_wrap=True)
     import signal
 
+    got = [signal.SIGINT]
+
     def _as_interrupt(signum, frame):  # SIGTERM/SIGHUP (closed SSH session) must not orphan TensorBoard
+        got[0] = signum
         raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -337,7 +340,7 @@ def tb(
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        return
+        raise typer.Exit(128 + got[0]) from None  # 130 for Ctrl-C, as every command; 143 for SIGTERM
     if code != 0:
         raise fail(f"TensorBoard exited with code {code}", code=1)
 

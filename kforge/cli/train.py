@@ -85,7 +85,9 @@ def train(
             _say(f"reason: {outcome.error}")
         raise typer.Exit(1)
     if outcome.interrupted:
-        raise typer.Exit(130)
+        from kforge.train.stopflag import exit_code
+
+        raise typer.Exit(exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
 
 
 def _dashboard(trainer, plan, plain: bool):

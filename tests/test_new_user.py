@@ -360,3 +360,20 @@ def test_small_slips_are_one_line_each(tmp_path, clean_env, capsys):
     pairs.write_text(json.dumps({"problem": "1/1", "code": "x" * (2 << 20)}) + "\n")
     line = refused("eval", "--candidates", pairs, "--source", "builtin", "--level", "1")
     assert f"{pairs}:1:" in line and "MiB, over the 1 MiB" in line
+
+
+def test_an_unreachable_hub_is_asked_once_and_said_in_one_line(tmp_path):
+    """Off the network, `eval` of a hub model and `rag build` of a hub corpus ask the hub once (as `train`
+    does) and read the local cache only: one line, not the hub's retries and their warnings first."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "PYTHONUNBUFFERED": "1"})
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, timeout=300,
+                              env=env, cwd=tmp_path)
+
+    line = one_line_exit_2(run("eval", "kforge-tests/not-cached", "--source", "builtin", "--level", "1", "--problems", "1"))
+    assert "kforge-tests/not-cached" in line and "cannot be reached" in line
+    pytest.importorskip("faiss")
+    line = one_line_exit_2(run("rag", "build", "--preset", "tiny", "--out", str(tmp_path / "idx")))
+    assert "kernelbook" in line and not (tmp_path / "idx").exists()

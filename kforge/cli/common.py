@@ -36,6 +36,15 @@ def load_config(preset: Optional[str], config: Optional[Path], overrides: Option
     return resolve(preset, config, overrides or [])
 
 
+def ask_the_hub_once() -> None:
+    """Ask the Hugging Face hub once, before anything loads from it, as `train`'s pre-flight does: when it
+    cannot be reached the command reads the local cache only (HF_HUB_OFFLINE=1), so what is not cached is one
+    line at once instead of after each load retried the hub five times (24-27 s)."""
+    from kforge.problems.hub import offline_unless_reachable
+
+    offline_unless_reachable()
+
+
 def _said_once(invoke: Callable[[Any], Any], ctx: Any) -> Any:
     """Run a command; a UserError raised anywhere below it reaches the user here, once, as it was written:
     one line on stderr and exit 2. Commands do not catch and re-word them on the way up."""

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from kforge.cli.common import ConfigOpt, PresetOpt
+from kforge.cli.common import ConfigOpt, PresetOpt, ask_the_hub_once
 from kforge.eval.report import is_speed_key, speed_measured, summary_keys
 from kforge.ui.console import console, fail, progress_bar, setup_logging
 
@@ -92,6 +92,8 @@ def evaluate(
         compare(files=extra or [], all_problems=False)
         return
     setup_logging("WARNING")
+    if candidates is None:  # a model is loaded (and its config read first): from the hub only when it answers
+        ask_the_hub_once()
     user = list(extra or [])
     flags = flag_overrides(level, problems, source, backend, temperature, turns, baseline, user)
     plan = build_eval(EvalRequest(target, user + flags, preset, config, split, samples, out, candidates, step,

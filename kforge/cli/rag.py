@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
+from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, ask_the_hub_once, load_config
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, progress_bar, rule
 
@@ -108,6 +108,7 @@ def build(
 
     preset = preset or "default"  # the preset `kforge train` runs without --preset: its held-out set is protected
     cfg = load_config(preset, config, overrides).config
+    ask_the_hub_once()  # the hub corpora and a hub embedder
     backend = backend or cfg.dataset.backend
     if backend not in KERNEL_BACKENDS:
         raise fail(f"--backend {backend!r} is not one of {names()}")

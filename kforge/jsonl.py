@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 # A kernel's source is kilobytes; a candidate of megabytes is a wrong file (a log, a dump), refused in one line
 # before the evaluator compiles and the results file keeps it.
-CANDIDATE_MAX_BYTES = 1 << 20
+CANDIDATE_MAX_BYTES = 4 << 20
 
 
 def too_big(size: int, limit: int) -> str | None:

@@ -354,12 +354,12 @@ def test_small_slips_are_one_line_each(tmp_path, clean_env, capsys):
     big = tmp_path / "1_1.py"
     big.write_text("# padding\n" * (3 << 20))  # 30 MB
     line = refused("check", big, "--problem", "1/1")
-    assert str(big) in line and "MiB, over the 1 MiB" in line
-    assert "MiB, over the 1 MiB" in refused("eval", "--candidates", tmp_path, "--source", "builtin", "--level", "1")
+    assert str(big) in line and "MiB, over the 4 MiB" in line
+    assert "MiB, over the 4 MiB" in refused("eval", "--candidates", tmp_path, "--source", "builtin", "--level", "1")
     pairs = tmp_path / "cands.jsonl"
-    pairs.write_text(json.dumps({"problem": "1/1", "code": "x" * (2 << 20)}) + "\n")
+    pairs.write_text(json.dumps({"problem": "1/1", "code": "x" * (5 << 20)}) + "\n")
     line = refused("eval", "--candidates", pairs, "--source", "builtin", "--level", "1")
-    assert f"{pairs}:1:" in line and "MiB, over the 1 MiB" in line
+    assert f"{pairs}:1:" in line and "MiB, over the 4 MiB" in line
 
 
 def test_an_unreachable_hub_is_asked_once_and_said_in_one_line(tmp_path):

@@ -41,6 +41,19 @@ def check_writable(folder: str | Path, what: str) -> None:
         raise UnwritableFolder(f"{what} {folder}: {why}; free space there or choose a writable folder", why)
 
 
+def check_deletable(folder: str | Path, what: str) -> None:
+    """Every entry of `folder`, and the folder itself, can be deleted: its parent and each folder inside it
+    take changes. Asked of the file system (a read-only mount, an immutable folder, missing rights), not by
+    writing a block: deleting must work on a full disk."""
+    folder = Path(folder)
+    inside = [folder.parent, folder] + [Path(top) / d for top, dirs, _ in os.walk(folder) for d in dirs
+                                        if not (Path(top) / d).is_symlink()]
+    for place in inside:
+        if not os.access(place, os.W_OK | os.X_OK):
+            why = "Read-only file system" if os.statvfs(place).f_flag & os.ST_RDONLY else "Permission denied"
+            raise UnwritableFolder(f"{what} {folder}: cannot delete in {place} ({why}); nothing was deleted", why)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temp file in the same folder and rename it over `path`: a reader, or a crash (even kill -9),
     sees the old file or the new one, never half of either."""

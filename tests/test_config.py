@@ -81,7 +81,8 @@ def test_dot_overrides_lists_and_booleans(clean_env):
     [
         ({"overrides": ["dataset.batchsize=3"]}, "dataset.batchsize", "command line", "dataset.batch_size"),
         ({"overrides": ["group_size=3"]}, "group_size", "command line", "dataset.group_size"),
-        ({"environ": {"KFORGE_LEARNER__LEARNIN_RATE": "1"}}, "KFORGE_LEARNER__LEARNIN_RATE", "env", "learner.learning_rate"),
+        ({"environ": {"KFORGE_LEARNER__LEARNIN_RATE": "1"}}, "KFORGE_LEARNER__LEARNIN_RATE", "env",
+         "KFORGE_LEARNER__LEARNING_RATE"),  # the suggestion in the form the key was given
     ],
 )
 def test_unknown_keys_name_key_layer_and_suggestion(kwargs, key, layer, hint, clean_env):

@@ -253,3 +253,127 @@ def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the
     res = CliRunner().invoke(app, ["runs", "show", "[r]", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 2 and isinstance(res.exception, (type(None), SystemExit))  # no traceback
     assert res.stderr.strip().splitlines() == [expected]
+
+
+def test_a_dry_run_is_refused_where_the_real_start_is(tmp_path):
+    """`train --dry-run` runs the pre-flight the start runs: a GPU preset without a GPU and a file given as
+    --runs-dir are the same one line (exit 2) as the start, before a plan is printed; a dry run that passes
+    makes no folder."""
+    no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
+    runs = tmp_path / "runs"
+    dry = kforge("train", "--preset", "kevin", "--dry-run", "--runs-dir", str(runs), env=no_gpu)
+    line = one_line_exit_2(dry)
+    assert line.startswith("error: gpus:") and "placement" not in dry.stdout
+    assert one_line_exit_2(kforge("train", "--preset", "kevin", "--runs-dir", str(runs), env=no_gpu)) == line
+    a_file = tmp_path / "runs-file"
+    a_file.write_text("mine")
+    line = one_line_exit_2(kforge("train", "--preset", "tiny", "--dry-run", "--runs-dir", str(a_file)))
+    assert f"{a_file} is a file, not a folder" in line and a_file.read_text() == "mine"
+    ok = kforge("train", "--preset", "tiny", "--dry-run", "--runs-dir", str(runs), env=no_gpu)
+    assert ok.returncode == 0 and "placement:" in ok.stdout and not runs.exists(), ok.stderr
+
+
+def test_a_binary_input_file_is_one_line_naming_it(tmp_path):
+    """Every file kforge reads from a user: pairs, candidates (a JSONL or a folder of them), a problem source,
+    a problem file, a corpus, a baseline, a results file, a config."""
+    blob = bytes(range(256)) * 4
+    binary = tmp_path / "bin.py"
+    binary.write_bytes(blob)
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    (folder / "1_1.py").write_bytes(blob)
+    source = tmp_path / "source" / "level1"
+    source.mkdir(parents=True)
+    (source / "1_Relu.py").write_bytes(blob)
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "1_1.py").write_text(next(p.solution for p in __import__("kforge.problems").problems.builtin_problems()
+                                      if p.key == "1/1"))
+    cases = [
+        (["sft", "--preset", "tiny", "--data", binary, "--out", tmp_path / "sft"], binary),
+        (["eval", "--candidates", binary, "--source", "builtin", "--level", "1"], binary),
+        (["eval", "--candidates", folder, "--source", "builtin", "--level", "1"], folder / "1_1.py"),
+        (["problems", "ls", "--source", tmp_path / "source"], source / "1_Relu.py"),
+        (["problems", "ls", "--source", tmp_path / "bin.jsonl"], tmp_path / "bin.jsonl"),
+        (["check", good / "1_1.py", "--problem", binary], binary),
+        (["eval", "--candidates", good, "--source", "builtin", "--level", "1", "--problems", "1",
+          "--baseline", binary, "--out", tmp_path / "r.json"], binary),
+        (["eval", "compare", binary, binary], binary),
+        (["config", "show", "--config", binary], binary),
+    ]
+    (tmp_path / "bin.jsonl").write_bytes(blob)
+    from typer.testing import CliRunner
+
+    from kforge.cli.app import compare_app
+
+    for args, named in cases:
+        said = "not a text file" if not ({"compare", "--baseline"} & set(args)) else "not JSON"
+        command, args = (compare_app, args[2:]) if args[:2] == ["eval", "compare"] else (app, args)
+        res = CliRunner().invoke(command, [str(a) for a in args])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, (args, res.output, res.exception)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.exception)
+        assert str(named) in lines[0] and said in lines[0], (args, lines)
+
+
+def test_wandb_project_without_wandb_is_refused_before_the_run(tmp_path):
+    """W&B asked for but not installed: one line before any run folder, like missing credentials, not a
+    warning followed by a whole run without it."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--name", "r",
+                                  "--plain", "log.wandb_project=p"))
+    assert "wandb: log.wandb_project=p but wandb is not installed" in line and "kforge[wandb]" in line
+    assert not (tmp_path / "runs" / "r").exists()
+
+
+def test_small_slips_are_one_line_each(tmp_path, clean_env, capsys):
+    """An empty --preset (it meant `default`), a level no source has, an abbreviated key (the suggestion is the
+    key it abbreviates), a candidate of megabytes."""
+    from kforge.cli.app import main
+
+    def refused(*args, env=None):
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in (env or {}).items():
+                mp.setenv(key, value)
+            with pytest.raises(SystemExit) as done:
+                main([str(a) for a in args])
+        out = capsys.readouterr()
+        lines = out.err.strip().splitlines()
+        assert done.value.code == 2 and len(lines) == 1, (args, out.out[-2000:], out.err[-2000:])
+        return lines[0]
+
+    for command in (["config", "show"], ["doctor"], ["train", "--dry-run"]):
+        assert "--preset" in refused(*command, "--preset", "") and "is empty" in refused(*command, "-p", " ")
+    assert "its levels: 1, 2" in refused("problems", "ls", "--source", "builtin", "--level", "7")
+    line = refused("config", "show", env={"KFORGE_LEARNER__LR": "1e-5"})
+    assert line.endswith("did you mean KFORGE_LEARNER__LEARNING_RATE?"), line
+    assert refused("config", "show", "dataset.bs=2").endswith("did you mean dataset.batch_size?")
+    big = tmp_path / "1_1.py"
+    big.write_text("# padding\n" * (3 << 20))  # 30 MB
+    line = refused("check", big, "--problem", "1/1")
+    assert str(big) in line and "MiB, over the 4 MiB" in line
+    assert "MiB, over the 4 MiB" in refused("eval", "--candidates", tmp_path, "--source", "builtin", "--level", "1")
+    pairs = tmp_path / "cands.jsonl"
+    pairs.write_text(json.dumps({"problem": "1/1", "code": "x" * (5 << 20)}) + "\n")
+    line = refused("eval", "--candidates", pairs, "--source", "builtin", "--level", "1")
+    assert f"{pairs}:1:" in line and "MiB, over the 4 MiB" in line
+
+
+def test_an_unreachable_hub_is_asked_once_and_said_in_one_line(tmp_path):
+    """Off the network, `eval` of a hub model and `rag build` of a hub corpus ask the hub once (as `train`
+    does) and read the local cache only: one line, not the hub's retries and their warnings first."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "PYTHONUNBUFFERED": "1"})
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, timeout=300,
+                              env=env, cwd=tmp_path)
+
+    line = one_line_exit_2(run("eval", "kforge-tests/not-cached", "--source", "builtin", "--level", "1", "--problems", "1"))
+    assert "kforge-tests/not-cached" in line and "cannot be reached" in line
+    pytest.importorskip("faiss")
+    line = one_line_exit_2(run("rag", "build", "--preset", "tiny", "--out", str(tmp_path / "idx")))
+    assert "kernelbook" in line and not (tmp_path / "idx").exists()

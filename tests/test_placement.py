@@ -184,7 +184,7 @@ DRY_RUN = {
 
 @pytest.mark.parametrize("n", sorted(DRY_RUN))
 def test_train_dry_run_prints_the_plan_and_why_and_starts_nothing(tmp_path, monkeypatch, n):
-    """A pretend machine of n H100s and a 7B-shaped config (no weights): the plan with its reasons, exit 0,
+    """A pretend machine of n H100s and a 7B-shaped config (an empty weights file): the plan with its reasons, exit 0,
     and no run folder; with rollout.max_staleness=1 a split, or on one GPU the one-line refusal (exit 2)."""
     from transformers import Qwen2Config
     from typer.testing import CliRunner
@@ -196,6 +196,7 @@ def test_train_dry_run_prints_the_plan_and_why_and_starts_nothing(tmp_path, monk
 
     Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                 num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False).save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"")  # the pre-flight's model row asks for weights
     listing = fake_machine(monkeypatch, n, memory_mb=81559)
     monkeypatch.setattr(placement, "query_gpus", lambda: (list(listing), "nvidia-smi"))
     monkeypatch.setattr(placement, "_host_gb", lambda: 512.0)  # a workstation's RAM, not this test machine's

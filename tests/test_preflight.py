@@ -131,7 +131,8 @@ def test_wandb_credentials_are_looked_up_where_wandb_looks(tmp_path, monkeypatch
     monkeypatch.delitem(sys.modules, "wandb", raising=False)  # another test's stand-in may still be imported
     cfg = resolve("tiny", overrides=["log.wandb_project=p"]).config
     assert check_wandb(resolve("tiny").config)[0].status == "pass"  # not used
-    assert check_wandb(cfg)[0].status == "warn"  # not installed: the run goes on without it
+    row = check_wandb(cfg)[0]  # not installed: refused up front, not a whole run without W&B
+    assert row.status == "fail" and "pip install 'kforge[wandb]'" in row.fix
     monkeypatch.syspath_prepend(str(fake_wandb(tmp_path)))
     row = check_wandb(cfg)[0]
     assert row.status == "fail" and "wandb login" in row.fix

@@ -231,9 +231,15 @@ def test_watch_once_and_logs_of_a_finished_run(tmp_path):
     run.log_path.write_text("line one\nline two\n")
     run.set_status("finished", step=3, total_steps=3)
     frame = cli("runs", "watch", "done", "--once", "--runs-dir", tmp_path).stdout
-    assert "finished" in frame and "step 3/3" in frame and "line two" in frame
-    reward_row = next(ln for ln in frame.splitlines() if "reward" in ln)
-    assert "0.3" in reward_row and "0.4" in reward_row  # last and best
+    # Off a terminal, `key: value` lines (as `check` prints), not a panel padded to the console's width.
+    lines = frame.splitlines()
+    for line in ("run: done", "status: finished", "step: 3/3", "preset: tiny", "reward: 0.3 (best 0.4)",
+                 "loss: -0.03", "last checkpoint: checkpoints/step_000003", "log: line two"):
+        assert line in lines, (line, lines)
+    piped = subprocess.run(KFORGE + ["runs", "watch", "done", "--once", "--runs-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stdout.splitlines() == lines, piped.stdout
+    assert max(map(len, lines)) < 100 and not any(line.endswith(" ") for line in lines)
     plain = cli("runs", "watch", "done", "--runs-dir", tmp_path).stdout.strip().splitlines()
     assert len(plain) == 1 and "| finished |" in plain[0] and "reward 0.300" in plain[0]
     assert cli("runs", "logs", "done", "-f", "--runs-dir", tmp_path).stdout == "line one\nline two\n"
@@ -275,7 +281,7 @@ def test_tb_serves_the_runs(tmp_path):
 
         wait_for(served, 90, "TensorBoard to answer")
         proc.send_signal(signal.SIGTERM)  # e.g. the SSH session closed: TensorBoard must not be left behind
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=30) == 143  # 128 + SIGTERM, as a shell reports it
         wait_for(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 30,
                  "TensorBoard to exit with the command")
     finally:
@@ -324,3 +330,37 @@ def test_stop_now_signals_only_the_process_that_started_when_the_run_says(tmp_pa
     finally:
         other.kill()
         other.wait()
+
+
+def test_ctrl_c_ends_logs_follow_with_130_and_sigterm_ends_a_run_with_143(tmp_path):
+    """Ctrl-C is exit 130 for every command (`runs logs -f` ended on 0); a run stopped by SIGTERM exits 143,
+    128 + the signal, as a shell reports it (it said 130)."""
+    from kforge.train import stopflag
+
+    proc, run = stand_in(tmp_path, "alive", "time.sleep(120)")
+    run.log_path.write_text("first line\n")
+    follower = subprocess.Popen(KFORGE + ["runs", "logs", "alive", "-f", "--runs-dir", str(tmp_path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout.readline() == "first line\n"
+        with open(run.log_path, "a") as fh:
+            fh.write("second line\n")
+        assert follower.stdout.readline() == "second line\n"  # followed: Ctrl-C comes inside the follow loop
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(timeout=30) == 130, follower.stderr.read()
+    finally:
+        for p in (follower, proc):
+            if p.poll() is None:
+                p.kill()
+        proc.wait()
+    flag, before = stopflag.StopFlag(), signal.getsignal(signal.SIGTERM)
+    stopflag.received.clear()
+    flag.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the first signal asks the loop to stop after its step
+        assert flag.requested and stopflag.exit_code() == 143
+    finally:
+        flag.restore()
+        stopflag.received.clear()
+    assert signal.getsignal(signal.SIGTERM) is before  # restored, not left to a finished run's flag
+    assert stopflag.exit_code() == 130

@@ -88,13 +88,16 @@ def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
     assert tried["changes"]["max_steps"]["to"] == 5 and undone["event"] == "undone"
 
 
-def test_resume_refuses_another_config_or_preset_in_one_line(tmp_path):
+def test_resume_refuses_another_config_preset_or_name_in_one_line(tmp_path):
     run = _run(tmp_path, "crashed", 2)
     before = _snapshot(run.path)
     for flag in (["--config", str(tmp_path / "no-such.yaml")], ["--preset", "kevin"]):
         res = _train("--resume", str(run.path), *flag)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stdout + res.stderr
         assert flag[0] in res.stderr and "key=value" in res.stderr
+    res = _train("--resume", str(run.path), "--name", "other")  # the run keeps its name: not silently ignored
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stdout + res.stderr
+    assert "drop --name other" in res.stderr and not (tmp_path / "other").exists()
     assert _snapshot(run.path) == before
 
 

@@ -134,3 +134,37 @@ def test_a_penalty_only_stretch_is_said_once_with_the_warm_start_as_the_way_out(
         history = (history + [metrics])[-10:]
     assert [s for s, _ in said] == [3, 8]
     assert "kforge sft" in said[0][1] and "model.checkpoint" in said[0][1]
+
+
+def test_a_step_without_a_correct_kernel_logs_no_fast_1_and_runs_ls_and_compare_say_dash(tok, problems, tmp_path):
+    """Nothing timed (no correct kernel to time, as in a CPU run whose answers all fail): no fast_1 of 0 that no
+    clock gave, so `runs ls` says `-`; and `eval compare` says `-` for a file whose speed was not measured."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kforge.cli.app import app, compare_app
+    from kforge.runs.folder import RunFolder
+
+    a = problems[0]
+    script = {a.key: [answer(NOT_A_MODEL)]}
+    trajs = run(ScriptedBackend(tok, problems, script), PromptBuilder(tok, option="zero_shot"),
+                grade_by_parsing(meaningful=False), make_cfg(mode="single_turn"), [(a, g) for g in range(2)])
+    metrics = rollout_metrics(trajs, {a.key: 1})
+    assert metrics["rate/correct"] == 0.0 and "fast_1" not in metrics
+    folder = RunFolder.create(tmp_path / "runs", "cpu-run", "{}\n")
+    folder.log_metrics({"step": 1, **metrics})
+    folder.set_status("finished")
+    listed = CliRunner().invoke(app, ["runs", "ls", "--runs-dir", str(tmp_path / "runs"), "--json"])
+    assert json.loads(listed.stdout)[0]["fast_1"] is None
+    table = CliRunner().invoke(app, ["runs", "ls", "--runs-dir", str(tmp_path / "runs")]).stdout.splitlines()
+    head, row = ([c.strip() for c in next(ln for ln in table if word in ln).split("┃" if word == "fast_1" else "│")]
+                 for word in ("fast_1", "cpu-run"))
+    assert row[head.index("fast_1")] == "-", table
+    untimed = {"correctness": 0.0, "fast_0": 0.0, "fast_1": 0.0, "timed": False}
+    timed = {"correctness": 0.5, "fast_0": 0.5, "fast_1": 0.25, "timed": True}
+    for name, summary in (("a.json", untimed), ("b.json", timed)):
+        (tmp_path / name).write_text(json.dumps({"summary": {"overall": summary}, "samples": []}))
+    res = CliRunner().invoke(compare_app, [str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    fast_1 = [ln for ln in res.stdout.splitlines() if " fast_1 " in ln]
+    assert res.exit_code == 0 and fast_1 and "0.000" not in fast_1[0] and "0.250" in fast_1[0], res.stdout

@@ -133,3 +133,43 @@ def test_train_on_a_disk_too_small_is_refused_before_any_work(tmpfs):
     line = _one_line(res)
     assert line.startswith("error: disk:") and str(root) in line and "log.runs_dir" in line
     assert not (root / "r").exists()
+
+def test_runs_show_plot_and_rm_on_a_read_only_run_folder_are_one_line(tmpfs):
+    """--plot and rm ask before they write or delete: one line naming the folder (exit 2), no traceback, and
+    every file of the run is still there."""
+    root = tmpfs("runs")
+    run = RunFolder.create(root, "r", "preset: tiny\n")
+    run.log_metrics({"step": 1, "reward/mean": 0.5})
+    run.set_status("finished")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    subprocess.run(["mount", "-o", "remount,ro", str(root)], check=True)
+    line = _one_line(_kforge("runs", "show", "r", "--runs-dir", root, "--plot"))
+    assert str(run.path) in line and "Read-only file system" in line
+    line = _one_line(_kforge("runs", "rm", "r", "--runs-dir", root, "-y"))
+    assert str(run.path) in line and "Read-only file system" in line and "nothing was deleted" in line
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def test_rm_of_a_run_folder_it_can_delete_only_in_part(tmp_path, tmpfs):
+    """A read-only mount inside the run: refused before anything is deleted. A mount that can be emptied but
+    not removed: everything else goes, and the one line says what could not be deleted and what is left."""
+    run = RunFolder.create(tmp_path / "runs", "r", "preset: tiny\n")
+    run.set_status("finished")
+    inner = run.path / "tensorboard"
+    inner.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(inner)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        (inner / "events.out").write_text("mine")
+        subprocess.run(["mount", "-o", "remount,ro", str(inner)], check=True)
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        line = _one_line(_kforge("runs", "rm", "r", "--runs-dir", tmp_path / "runs", "-y"))
+        assert f"cannot delete in {inner} (Read-only file system)" in line
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+        subprocess.run(["mount", "-o", "remount,rw", str(inner)], check=True)
+        line = _one_line(_kforge("runs", "rm", "r", "--runs-dir", tmp_path / "runs", "-y"), code=1)
+        assert f"could not delete {inner} (Device or resource busy)" in line, line
+        assert f"left in {run.path}: 0 file(s)" in line
+        assert [p.name for p in run.path.iterdir()] == ["tensorboard"] and not list(inner.iterdir())
+    finally:
+        subprocess.run(["umount", "-l", str(inner)], capture_output=True)

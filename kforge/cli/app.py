@@ -46,7 +46,8 @@ app.command("sft", help="Supervised LoRA warm start on (problem, solution) pairs
 app.command("eval", help="Generate and evaluate on KernelBench problems: fast_p, correctness, speedups.")(
     eval_cmd.evaluate
 )
-app.command("check", help="Evaluate one kernel file against one problem and print the verdict.")(check.check)
+app.command("check", help="Evaluate one kernel file against one problem and print the verdict. Exit code 0 "
+            "when it is accepted (correct), 1 for any other verdict, 2 for bad input.")(check.check)
 app.command("doctor", help="Check what a run needs on this machine and how to fix what is missing.")(doctor.doctor)
 app.command("export", help="Write a run's adapter as a clean PEFT folder, or a merged Hugging Face model.")(
     export.export

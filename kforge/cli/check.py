@@ -1,6 +1,7 @@
 """`kforge check CANDIDATE.py --problem SPEC`: evaluate one kernel file and print its verdict.
 
-Exit code 0 whatever the verdict (a wrong kernel is a result, not an error); 2 for bad arguments.
+Exit code 0 when the kernel is accepted (verdict `correct`), 1 for any other verdict (so a script can gate on
+it: the verdict is still printed), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from kforge.errors import UserError
+from kforge.jsonl import CANDIDATE_MAX_BYTES, read_text
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, print_fields
 
@@ -27,7 +30,7 @@ def _explain_table() -> Table:
     table.add_column("detail")
     for name, active, detail in layers.explain():
         layer, _, rest = name.partition("] ") if name.startswith("[") else ("[kernel", "", name)
-        table.add_row(layer.lstrip("["), escape(rest), "[green]yes[/]" if active else "[red]no[/]", escape(detail))
+        table.add_row(layer.lstrip("["), rest, Text("yes", style="green") if active else Text("no", style="red"), detail)
     return table
 
 
@@ -43,10 +46,7 @@ def _load_problem(spec: str, source: str) -> Any:
 
     path = Path(spec).expanduser()
     if spec.endswith(".py") and path.is_file():  # a KernelBench-format problem file
-        try:
-            code = path.read_text()
-        except (UnicodeDecodeError, ValueError):
-            raise fail(f"problem file {path} is not a text file; give a KernelBench-format .py file") from None
+        code = read_text(path, UserError, "problem file", "give a KernelBench-format .py file")
         return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
     return find_problem(load_problems(source), spec)
 
@@ -57,17 +57,17 @@ def _devices(cpu: bool) -> list[int]:
     return [] if cpu else default_devices()
 
 
-def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str]], str]:
+def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str | Text]], str]:
     """The verdict as (label, value) rows, and its colour."""
     style = "green" if verdict.correct else ("yellow" if verdict.status.value in ("correct", "incorrect") else "red")
-    rows = [("problem", escape(f"{problem.key} {problem.name}")),
-            ("status", f"[{style}]{verdict.status.value}[/]" + ("" if verdict.correct else "  (not accepted)"
-                                                               if verdict.status.value == "correct" else "")),
+    rows = [("problem", f"{problem.key} {problem.name}"),
+            ("status", Text(verdict.status.value, style=style) + ("" if verdict.correct else "  (not accepted)"
+                                                                  if verdict.status.value == "correct" else "")),
             ("trials", f"{verdict.trials_passed}/{verdict.trials}")]
     if verdict.max_abs_error is not None:
         rows.append(("max abs error", f"{verdict.max_abs_error:.3g}"))
     if verdict.flags:
-        rows.append(("flags", escape(", ".join(verdict.flags))))
+        rows.append(("flags", ", ".join(verdict.flags)))
     if verdict.timings is not None:
         t = verdict.timings
         rows.append(("time", f"mean {t.mean_ms:.4g} ms reported (median {t.median_ms:.4g}, min {t.min_ms:.4g}, "
@@ -79,7 +79,7 @@ def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str]], str]:
     rows.append(("speedup", f"{verdict.speedup:.2f}x" if verdict.speedup is not None
                  else "not measured" + ("" if verdict.timing_meaningful else " (no GPU: Triton interpreter)")))
     rows.append(("compile / run", f"{verdict.compile_s:.2f} s / {verdict.run_s:.2f} s"))
-    rows.append(("feedback", escape(verdict.feedback)))
+    rows.append(("feedback", verdict.feedback))
     return rows, style
 
 
@@ -94,7 +94,10 @@ def check(
     no_time: bool = typer.Option(False, "--no-time", help="skip timing even on a GPU"),
     cpu: bool = typer.Option(False, "--cpu", help="evaluate on the CPU (Triton interpreter) even with a GPU"),
 ) -> None:
-    """Evaluate one kernel file against one problem and print the verdict."""
+    """Evaluate one kernel file against one problem and print the verdict.
+
+    Exit code 0 when the kernel is accepted (verdict correct), 1 for any other verdict, 2 for bad input.
+    """
     if explain_sandbox:
         if as_json:
             # --json promises one document: with a candidate the protections go inside its verdict object.
@@ -114,10 +117,7 @@ def check(
         raise fail("missing --problem: name the problem, e.g. --problem 1/3 (see `kforge problems ls`)")
     if backend not in KERNEL_BACKENDS:
         raise fail(f"unknown backend {backend!r}: use one of {names()}")
-    try:
-        code = candidate.read_text()
-    except (UnicodeDecodeError, ValueError):
-        raise fail(f"candidate {candidate} is not a text file; give the kernel's .py source") from None
+    code = read_text(candidate, UserError, "candidate", "give the kernel's .py source", CANDIDATE_MAX_BYTES)
     prob = _load_problem(problem, source)
 
     from kforge.config.schema import EvaluatorConfig
@@ -134,6 +134,8 @@ def check(
         if explain_sandbox:
             out["sandbox"] = sandbox
         print(json.dumps(out, default=str))
-        return
-    rows, style = _fields(verdict, prob)
-    print_fields(f"kforge check ({backend})", rows, style)
+    else:
+        rows, style = _fields(verdict, prob)
+        print_fields(f"kforge check ({backend})", rows, style)
+    if not verdict.correct:  # a rejected kernel is a result, but one a script must be able to gate on
+        raise typer.Exit(1)

@@ -19,7 +19,14 @@ def _preset_help() -> str:
     return f"preset name (presets/NAME.yaml): {', '.join(preset_names())}; default: default"
 
 
-PresetOpt = typer.Option(None, "--preset", "-p", help=_preset_help())
+def _named(preset: Optional[str]) -> Optional[str]:
+    """--preset "" would silently mean `default` (commands read a missing preset so): refused instead."""
+    if preset is not None and not preset.strip():
+        raise typer.BadParameter("is empty: name a preset, or leave --preset out for `default`")
+    return preset
+
+
+PresetOpt = typer.Option(None, "--preset", "-p", help=_preset_help(), callback=_named)
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML file layered over the preset")
 OverridesArg = typer.Argument(None, help="key.sub=value overrides, e.g. dataset.batch_size=8", show_default=False)
 
@@ -27,6 +34,15 @@ OverridesArg = typer.Argument(None, help="key.sub=value overrides, e.g. dataset.
 def load_config(preset: Optional[str], config: Optional[Path], overrides: Optional[list[str]]) -> ResolvedConfig:
     """Resolve all layers (a ConfigError is the user's one line)."""
     return resolve(preset, config, overrides or [])
+
+
+def ask_the_hub_once() -> None:
+    """Ask the Hugging Face hub once, before anything loads from it, as `train`'s pre-flight does: when it
+    cannot be reached the command reads the local cache only (HF_HUB_OFFLINE=1), so what is not cached is one
+    line at once instead of after each load retried the hub five times (24-27 s)."""
+    from kforge.problems.hub import offline_unless_reachable
+
+    offline_unless_reachable()
 
 
 def _said_once(invoke: Callable[[Any], Any], ctx: Any) -> Any:

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.config.loader import flatten, key_description, preset_names, to_yaml
@@ -40,9 +40,7 @@ def show(
     for key, value in flatten(resolved.config.model_dump(mode="json")).items():
         origin = resolved.origin(key)
         style = "" if origin == "default" else "bold"
-        shown = escape(repr(value))
-        table.add_row(key, f"[{style}]{shown}[/]" if style else shown, origin,
-                      *([escape(key_description(key))] if explain else []))
+        table.add_row(key, Text(repr(value), style=style), origin, *([key_description(key)] if explain else []))
     console.print(table)
 
 

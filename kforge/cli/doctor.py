@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
 from kforge.ui.console import console
@@ -41,13 +42,13 @@ def doctor(
         for col in ("check", "status", "detail", "fix"):
             table.add_column(col, overflow="fold")
         for r in results:
-            table.add_row(r.check, f"[{STYLE[r.status]}]{r.status}[/]", r.detail, r.fix)
+            table.add_row(r.check, Text(r.status, style=STYLE[r.status]), r.detail, r.fix)
         console.print(table)
         fails = sum(r.status == "fail" for r in results)
         warns = sum(r.status == "warn" for r in results)
         if fails:
-            console.print(f"[bold red]not ready[/]: {fails} check(s) failed, {warns} warning(s)", highlight=False)
+            console.print(Text("not ready", style="bold red") + f": {fails} check(s) failed, {warns} warning(s)")
         else:
-            console.print(f"[green]ready[/]: a run of this config can start ({warns} warning(s))", highlight=False)
+            console.print(Text("ready", style="green") + f": a run of this config can start ({warns} warning(s))")
     if not can_start(results):
         raise typer.Exit(1)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from kforge.cli.common import ConfigOpt, PresetOpt
+from kforge.cli.common import ConfigOpt, PresetOpt, ask_the_hub_once
 from kforge.eval.report import is_speed_key, speed_measured, summary_keys
 from kforge.ui.console import console, fail, progress_bar, setup_logging
 
@@ -50,7 +50,7 @@ def print_summary(summary: dict, title: str) -> None:
 
 
 def _say(text: str) -> None:
-    console.print(escape(text), highlight=False, soft_wrap=True)
+    console.print(text, highlight=False, soft_wrap=True)
 
 
 def evaluate(
@@ -92,6 +92,8 @@ def evaluate(
         compare(files=extra or [], all_problems=False)
         return
     setup_logging("WARNING")
+    if candidates is None:  # a model is loaded (and its config read first): from the hub only when it answers
+        ask_the_hub_once()
     user = list(extra or [])
     flags = flag_overrides(level, problems, source, backend, temperature, turns, baseline, user)
     plan = build_eval(EvalRequest(target, user + flags, preset, config, split, samples, out, candidates, step,
@@ -244,14 +246,14 @@ def compare(
         labels = [_label(doc, "split"), _label(doc, "baseline")]
         _say(f"{name}: {doc.get('target', '?')}; " + "; ".join(x for x in labels if x))
     for note in cmp.notes:
-        console.print(escape(f"note: {note}"), style="yellow", highlight=False, soft_wrap=True)
+        console.print(f"note: {note}", style="yellow", highlight=False, soft_wrap=True)
     table = Table(title=f"{files[0]} (A) vs {files[1]} (B)")
     for col in ("group", "metric", "A", "B", "B - A"):
         table.add_column(col)
     order = {key: i for i, key in enumerate(summary_keys(64))}
     for group, key, va, vb, delta in sorted(cmp.rows, key=lambda r: (_group_order(r[0]), order.get(r[1], len(order)), r[1])):
         style = "" if delta is None or delta == 0 else ("green" if delta > 0 else "red")
-        d = "-" if delta is None else (f"[{style}]{delta:+.3f}[/]" if style else f"{delta:+.3f}")
+        d = "-" if delta is None else Text(f"{delta:+.3f}", style=style)
         table.add_row(group, key, _fmt(va), _fmt(vb), d)
     console.print(table)
 

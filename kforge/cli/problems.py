@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -58,6 +57,11 @@ def ls(
 ) -> None:
     """List the problems of a source (key, name, level, lines, solution, hub needs) and where they came from."""
     problems = load_problems(source, level)
+    if level and not problems:  # a level the source does not have is a typo, not an empty listing
+        have = sorted({p.level for p in load_problems(source)})
+        levels = ", ".join(map(str, level))
+        raise fail(f"--level {levels}: source {source} has no problems at that level; "
+                   + (f"its levels: {', '.join(map(str, have))}" if have else "it holds no problems"))
     where = _where(source)
     hub = _hub_notes(problems)
     if as_json:
@@ -79,10 +83,9 @@ def ls(
         # Plain print: meant for pipes and files, so no Rich markup or wrapping.
         print(json.dumps(rows, indent=2))
         return
-    console.print(escape(f"source {source}: {where}"), highlight=False, soft_wrap=True)
+    console.print(f"source {source}: {where}", highlight=False, soft_wrap=True)
     if not problems:
-        levels = ", ".join(map(str, level or []))
-        console.print(f"no problems in source {source!r}" + (f" at level {levels}" if levels else ""))
+        console.print(f"no problems in source {source!r}")
         return
     table = Table(title=f"problems from {source} ({len(problems)})")
     table.add_column("key", style="cyan", no_wrap=True)
@@ -145,11 +148,11 @@ def fetch(
 
     if what.strip().lower() != "kernelbench":
         raise fail(f"cannot fetch {what!r}: the only fetchable problem set is kernelbench")
-    record = fetch_kernelbench(via, origin, revision, say=lambda msg: console.print(escape(msg), highlight=False))
+    record = fetch_kernelbench(via, origin, revision, say=lambda msg: console.print(msg, highlight=False))
     counts = ", ".join(f"{name} {n}" for name, n in record.counts.items())
     console.print(
-        escape(f"fetched KernelBench via {record.via} from {record.origin} @ {record.revision or 'unknown revision'}: "
-               f"{counts} -> {cache_dir()}"),
+        f"fetched KernelBench via {record.via} from {record.origin} @ {record.revision or 'unknown revision'}: "
+        f"{counts} -> {cache_dir()}",
         highlight=False,
         soft_wrap=True,
     )
@@ -187,12 +190,12 @@ def baseline(
     cfg = load_config(None, None, overrides).config
     runnable, blocked = split_runnable(problems)
     for _, why in blocked:
-        console.print(escape(f"skipped: {why}"), highlight=False, soft_wrap=True)
+        console.print(f"skipped: {why}", highlight=False, soft_wrap=True)
 
     with EvalPool(cfg.evaluator, devices=[gpu]) as pool, progress_bar() as progress:
         path = out or default_path(pool.gpu_names[0], mode)
         doc = baseline_file.load(path)  # a file that is not a baseline is refused before any timing
-        progress.console.print(escape(f"timing {len(runnable)} references ({mode}) on {pool.gpu_names[0]} -> {path}"),
+        progress.console.print(f"timing {len(runnable)} references ({mode}) on {pool.gpu_names[0]} -> {path}",
                                highlight=False)
         task = progress.add_task("timing", total=len(runnable))
         done = [0]
@@ -201,13 +204,13 @@ def baseline(
             done[0] += 1
             progress.advance(task)
             if why is not None:
-                progress.console.print(escape(f"{problem.key} {problem.name}: {why}"), highlight=False)
+                progress.console.print(f"{problem.key} {problem.name}: {why}", highlight=False)
             elif not console.is_terminal:
                 print(f"{done[0]}/{len(runnable)} {problem.key} {problem.name}: {mean_ms:.3g} ms", flush=True)
 
         failed = time_references(pool, runnable, mode, doc, path, gpu, each)
     timed = len(runnable) - len(failed)
-    console.print(escape(f"wrote {path}: {timed} problems timed, {len(failed)} failed, {len(blocked)} skipped"),
+    console.print(f"wrote {path}: {timed} problems timed, {len(failed)} failed, {len(blocked)} skipped",
                   highlight=False)
     if failed:
         raise typer.Exit(1)

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
-from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
-from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
+from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, ask_the_hub_once, load_config
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, progress_bar, rule
 
@@ -108,6 +108,7 @@ def build(
 
     preset = preset or "default"  # the preset `kforge train` runs without --preset: its held-out set is protected
     cfg = load_config(preset, config, overrides).config
+    ask_the_hub_once()  # the hub corpora and a hub embedder
     backend = backend or cfg.dataset.backend
     if backend not in KERNEL_BACKENDS:
         raise fail(f"--backend {backend!r} is not one of {names()}")
@@ -136,7 +137,7 @@ def _run_build(run: "BuildRun") -> "BuildReport":
     """Run the build with a Rich progress bar on a terminal, plain stage lines otherwise."""
     if not console.is_terminal:
         def stage(message: str) -> None:
-            console.print(escape(message), highlight=False, soft_wrap=True)
+            console.print(message, highlight=False, soft_wrap=True)
 
         shown = [-1]
 
@@ -155,7 +156,7 @@ def _run_build(run: "BuildRun") -> "BuildReport":
             progress.update(task, completed=done, total=total, visible=True)
 
         def stage(message: str) -> None:
-            progress.console.print(f"[dim]{escape(message)}[/]", highlight=False)
+            progress.console.print(message, style="dim", highlight=False)
             if message.startswith("embedding"):
                 progress.update(task, description="embedding", visible=True)
 
@@ -168,14 +169,14 @@ def _print_report(report: "BuildReport") -> None:
         table.add_column(column, justify="left" if column in ("corpus", "skipped") else "right")
     for c in report.corpora:
         if c.error is not None:
-            table.add_row(c.spec, "-", "-", "0", "[red]could not be read (left out)[/]")
+            table.add_row(c.spec, "-", "-", "0", Text("could not be read (left out)", style="red"))
             continue
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(c.skipped.items())) or "-"
         table.add_row(c.spec, str(c.rows), str(c.entries), str(c.kept), skipped)
     console.print(table)
     for c in report.corpora:
         line = f"corpus {c.spec}: " + (f"not indexed ({c.error})" if c.error is not None else f"{c.kept} entries indexed")
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True)
     d = report.dropped
     console.print(
         f"indexed {report.count} {report.backend} examples; dropped {d['duplicates']} duplicates, "
@@ -194,10 +195,8 @@ def _print_report(report: "BuildReport") -> None:
         )
         for leak in report.leak.leaks[:10]:
             console.print(
-                escape(
-                    f"  dropped {leak.entry_name} [{leak.entry_source}]: {leak.reason} match with "
-                    f"{leak.problem_key} {leak.problem_name} (similarity {leak.similarity:.2f})"
-                ),
+                f"  dropped {leak.entry_name} [{leak.entry_source}]: {leak.reason} match with "
+                f"{leak.problem_key} {leak.problem_name} (similarity {leak.similarity:.2f})",
                 highlight=False,
             )
     seconds = report.seconds
@@ -207,7 +206,7 @@ def _print_report(report: "BuildReport") -> None:
         highlight=False,
     )
     for note in report.notes:
-        console.print(escape(f"note: {note}"), highlight=False)
+        console.print(f"note: {note}", highlight=False)
 
 
 @app.command("query", help=QUERY_HELP)
@@ -256,7 +255,7 @@ def query(
     lexer = KERNEL_BACKENDS[retriever.backend].lexer if retriever.backend in KERNEL_BACKENDS else "cpp"
     for rank, e in enumerate(examples, 1):
         where = e.source + (f" {e.problem_key}" if e.problem_key else "")
-        rule(escape(f"#{rank}  score {e.score:.3f}  {e.name}  [{where}]"))
+        rule(f"#{rank}  score {e.score:.3f}  {e.name}  [{where}]")
         if console.is_terminal:
             kernel_lexer = "python" if "class ModelNew" in e.kernel_code else lexer
             console.print(Syntax(e.kernel_code.strip(), kernel_lexer, word_wrap=False))
@@ -270,7 +269,10 @@ def _find_problem(spec: str, source: str) -> "Problem":
 
     path = Path(spec).expanduser()
     if path.suffix == ".py" and path.is_file():
-        code = path.read_text(encoding="utf-8")
+        from kforge.errors import UserError
+        from kforge.jsonl import read_text
+
+        code = read_text(path, UserError, "problem file", "give a KernelBench-format .py file")
         return Problem(level=0, problem_id=0, name=path.stem, code=code, source=f"file:{path}")
     return find_problem(load_problems(source), spec)
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kforge.runs.folder import find_run, list_runs
 from kforge.ui.console import console, fail, rule
@@ -78,7 +79,7 @@ def ls(runs_dir: str = RunsDirOpt,
         style = STATUS_STYLE.get(r["status"], "")
         table.add_row(
             r["name"],
-            f"[{style}]{r['status']}[/]" if style else r["status"],
+            Text(r["status"], style=style),
             _fmt_time(r["started"]),
             str(r["steps"]),
             _fmt_num(r["best_reward"]),
@@ -105,6 +106,8 @@ def show(
         return
     if problem is not None:
         raise fail("--problem needs --step N (the transcript of one step)")
+    if plot:
+        _plots_can_be_written(run)
     summary = run.summary()
     metrics = run.metrics()
     last = metrics[-1] if metrics else {}
@@ -126,11 +129,25 @@ def show(
                 table.add_row(f"last {key}", f"{last[key]:.4g}")
         console.print(table)
     if plot:
+        from kforge.space import write_failure
         from kforge.train.plots import write_plots
 
-        paths = write_plots(run)
+        try:
+            paths = write_plots(run)
+        except OSError as exc:  # the disk filled up, or the folder changed since the probe
+            why = write_failure(exc)
+            if why is None:
+                raise
+            raise fail(f"--plot: {why}", code=1) from None
         for p in paths:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {p}", highlight=False, soft_wrap=True)
+
+
+def _plots_can_be_written(run) -> None:
+    """--plot writes PNGs into the run folder: asked before anything is printed, as `train` asks."""
+    from kforge.space import check_writable
+
+    check_writable(run.path, "--plot writes its PNGs into the run folder")
 
 
 def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> None:
@@ -150,18 +167,19 @@ def _show_transcript(run, step: int, problem: Optional[str], as_json: bool) -> N
         return
     for rec in records:
         if "truncated" in rec:
-            console.print(f"[yellow]... {rec['truncated']} more trajectories not written: {rec['reason']}[/]")
+            console.print(f"... {rec['truncated']} more trajectories not written: {rec['reason']}", style="yellow")
             continue
         rule(f"step {step} · problem {rec['problem']} · sample {rec['group']} · stopped: {rec['stop_reason']}")
         for t in rec["turns"]:
             verdict = t["status"] + (f" x{t['speedup']:.2f}" if t.get("speedup") else "") + (
                 f" flags {','.join(t['flags'])}" if t.get("flags") else "")
-            console.print(f"[cyan]turn {t['turn']}[/] (policy v{t['policy_version']}, prompt {t['prompt_tokens']} "
-                          f"tokens #{t['prompt_sha']}) verdict [bold]{verdict}[/] score {t['score']:.3f} "
-                          f"return {t['return']:.3f} advantage {t['advantage']:+.3f}", highlight=False)
-            console.print(t["response"], markup=False, highlight=False)
+            console.print(Text.assemble((f"turn {t['turn']}", "cyan"), f" (policy v{t['policy_version']}, prompt "
+                                        f"{t['prompt_tokens']} tokens #{t['prompt_sha']}) verdict ", (verdict, "bold"),
+                                        f" score {t['score']:.3f} return {t['return']:.3f} advantage "
+                                        f"{t['advantage']:+.3f}"))
+            console.print(t["response"], highlight=False)
             if t.get("feedback"):
-                console.print(f"[dim]feedback: {t['feedback'].strip()}[/]", highlight=False)
+                console.print(f"feedback: {t['feedback'].strip()}", style="dim", highlight=False)
 
 
 @app.command("stop")
@@ -221,7 +239,7 @@ def logs(
             sys.stdout.write(chunk)
             sys.stdout.flush()
     except KeyboardInterrupt:
-        pass
+        raise typer.Exit(130) from None  # Ctrl-C: exit 130, as every command
 
 
 @app.command("watch")
@@ -237,11 +255,15 @@ def watch(
 
     from rich.live import Live
 
-    from kforge.ops.watch import plain_line, render, snapshot
+    from kforge.ops.watch import fields, plain_line, render, snapshot
 
     run = find_run(name, runs_dir)
     if once:
-        console.print(render(snapshot(run)))
+        if console.is_terminal and not plain:
+            console.print(render(snapshot(run)))
+        else:  # a pipe: `key: value` lines, as `check` prints them
+            for key, value in fields(snapshot(run)):
+                console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
         return
     try:
         if console.is_terminal and not plain:
@@ -301,7 +323,10 @@ def tb(
                   highlight=False, soft_wrap=True)
     import signal
 
+    got = [signal.SIGINT]
+
     def _as_interrupt(signum, frame):  # SIGTERM/SIGHUP (closed SSH session) must not orphan TensorBoard
+        got[0] = signum
         raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -315,7 +340,7 @@ def tb(
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        return
+        raise typer.Exit(128 + got[0]) from None  # 130 for Ctrl-C, as every command; 143 for SIGTERM
     if code != 0:
         raise fail(f"TensorBoard exited with code {code}", code=1)
 
@@ -341,6 +366,7 @@ def rm(
 ) -> None:
     """Delete a run folder (asks first). A running run is never removed."""
     from kforge.ops.run_control import ACTIVE, RunControlError, remove_run
+    from kforge.space import check_deletable
 
     run = find_run(name, runs_dir)
     status = run.effective_status()
@@ -349,6 +375,7 @@ def rm(
             remove_run(run)
         except RunControlError as exc:
             raise fail(str(exc), code=1) from None
+    check_deletable(run.path, "run folder")  # a read-only folder: one line before the question
     if not yes and not _confirm(f"delete run {run.name} ({status}) at {run.path} and all its checkpoints?",
                                 f"runs rm {run.name}: nothing to confirm it on (no terminal, no input); "
                                 f"add --yes to delete {run.path}"):

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, load_config
+from kforge.cli.common import ConfigOpt, OverridesArg, PresetOpt, ask_the_hub_once, load_config
 from kforge.ui.console import console, fail, progress_bar
 
 
@@ -34,6 +34,7 @@ def sft(
     from kforge.train import sft as warm
 
     cfg = load_config(preset or "default", config, overrides).config
+    ask_the_hub_once()  # the model, and a hub problem source
     folder = out or Path(f"sft-{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
     if folder.exists():
         raise fail(f"--out {folder} exists; kforge sft writes a new folder: pick another --out or move it away")

@@ -27,7 +27,7 @@ def train(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="placement, e.g. 'rollout=0 learner=1 eval=2,3'"),
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders live (log.runs_dir)"),
     plain: bool = typer.Option(False, "--plain", help="plain status lines even on a terminal"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the GPU plan and why, then exit (nothing is started)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="run the pre-flight, print the GPU plan and why, then exit (nothing is started)"),
     allow_cpu: bool = typer.Option(False, "--allow-cpu", help="start a config that wants a GPU on a machine without "
                                    "one (placement.allow_cpu=true): nothing is timed, a 7B model takes days"),
 ) -> None:
@@ -52,6 +52,9 @@ def train(
         flag = "--preset" if preset else "--config"
         raise fail(f"--resume continues {resume} with its own config.yaml; drop {flag} (change single settings "
                    "with key=value, recorded in the run's config_history.jsonl), or start a new run with --name")
+    if resume and name is not None:  # the run keeps its folder and name: a new one would be silently ignored
+        raise fail(f"--resume continues {resume} in its own folder under its own name; drop --name {name}, or "
+                   f"start a new run with --name {name}")
     target = resume_target(resume, runs_dir, extra) if resume else None
     if target is not None and target.nothing_to_do:  # whatever the overrides; nothing in the run is written
         _say(f"run {target.run.name} is finished at step {target.done}; nothing to resume. To train it further: "
@@ -61,12 +64,13 @@ def train(
     cfg = resolved.config
     plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg),
                           pipelined=cfg.rollout.max_staleness >= 1)
+    # The pre-flight asks the hub once and reads a cached model offline when it cannot be reached, so it goes
+    # before anything else reads the model's config (fitting the context would retry the hub first). A dry
+    # run asks it too: a plan that the real start would refuse a second later is no plan.
+    _preflight(cfg, target.run.path.parent if target is not None else cfg.log.runs_dir)
     if dry_run:
         console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
         return
-    # The pre-flight asks the hub once and reads a cached model offline when it cannot be reached, so it goes
-    # before anything else reads the model's config (fitting the context would retry the hub first).
-    _preflight(cfg, target.run.path.parent if target is not None else cfg.log.runs_dir)
     resolved = fit_context(resolved, _say)
     if target is None:
         resolved = named(resolved)
@@ -81,7 +85,9 @@ def train(
             _say(f"reason: {outcome.error}")
         raise typer.Exit(1)
     if outcome.interrupted:
-        raise typer.Exit(130)
+        from kforge.train.stopflag import exit_code
+
+        raise typer.Exit(exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
 
 
 def _dashboard(trainer, plan, plain: bool):

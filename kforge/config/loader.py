@@ -215,17 +215,28 @@ def _check_keys(layer: Layer) -> None:
                 candidates = [".".join(path + [k]) for k in model.model_fields]
                 # Also match a misplaced leaf against every section (e.g. `batch_size` at top level).
                 candidates += [f"{s}.{k}" for s, m in _sections() for k in m.model_fields]
-                close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
+                # A short form of a key of the same section first (`lr` of learning_rate, `bs` of batch_size):
+                # by spelling alone `learner.lr` is closer to `learner.pack` than to `learner.learning_rate`.
+                close = [c for c in candidates[:len(model.model_fields)] if _abbreviates(key, c.rsplit(".", 1)[-1])][:1]
+                close = close or difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
                 if not close:
                     close = difflib.get_close_matches(key, [c.rsplit(".", 1)[-1] for c in candidates], n=1)
                     close = [c for c in candidates if close and c.endswith("." + close[0])][:1] or close
-                hint = f"; did you mean {close[0]}?" if close else ""
-                shown = _env_name(dotted) if layer.name == "env" else dotted
+                env = layer.name == "env"  # said in the form the user wrote it
+                hint = f"; did you mean {_env_name(close[0]) if env else close[0]}?" if close else ""
+                shown = _env_name(dotted) if env else dotted
                 raise ConfigError(f"unknown config key {shown} (from {layer.name}){hint}")
             if isinstance(value, dict):
                 walk(value, path + [key])
 
     walk(layer.data, [])
+
+
+def _abbreviates(short: str, name: str) -> bool:
+    """`short` is the initials of `name`'s words (lr: learning_rate) or, at 3 letters or more, its start."""
+    words = [w for w in name.split("_") if w]
+    return len(short) > 1 and short != name and (short == "".join(w[0] for w in words)
+                                                 or (len(short) >= 3 and name.startswith(short)))
 
 
 def _sections() -> list[tuple[str, type[BaseModel]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kforge.eval.report import outcomes_from_samples, summarize
+from kforge.eval.report import is_speed_key, outcomes_from_samples, speed_measured, summarize
 from kforge.eval.results import read_results
 
 
@@ -54,7 +54,8 @@ def rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, str, Any, An
     for group in sorted(set(sa) | set(sb), key=lambda g: (g != "overall", g)):
         ga, gb = sa.get(group, {}), sb.get(group, {})
         for key in sorted(set(ga) | set(gb)):
-            va, vb = ga.get(key), gb.get(key)
+            # A speed number of a side where nothing was timed is no number: `-`, and no difference.
+            va, vb = (g.get(key) if speed_measured(g) or not is_speed_key(key) else None for g in (ga, gb))
             num = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
             out.append((group, key, va, vb, (vb - va) if num else None))
     return out

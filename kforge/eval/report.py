@@ -86,9 +86,10 @@ def is_speed_key(key: str) -> bool:
 
 
 def speed_measured(summary: Summary) -> bool:
-    """Whether the group's speed numbers mean anything: some correct kernel was timed, or none was correct (then
-    no kernel is fast whatever the clock says). On a CPU, with correct kernels, they are "not measured"."""
-    return bool(summary.get("timed")) or not summary.get("correctness")
+    """Whether the group's speed numbers were measured: some correct kernel was timed. Where none was (a CPU, or
+    no correct kernel to time) they are "not measured" (`-`), not a fast_1 of 0 that no clock gave. A summary
+    written before `timed` was recorded is taken as measured."""
+    return bool(summary.get("timed", True))
 
 
 def _fast(v: Verdict | None, p: float) -> bool:

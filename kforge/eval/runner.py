@@ -23,6 +23,7 @@ from kforge.errors import UserError
 from kforge.eval.report import SampleOutcome, summarize
 from kforge.eval.results import write_results
 from kforge.evaluator.verdict import Verdict
+from kforge.jsonl import CANDIDATE_MAX_BYTES, read_text, too_big
 from kforge.problems.record import Problem
 
 log = logging.getLogger("kforge.eval")
@@ -98,16 +99,23 @@ def load_candidates(path: Path, problems: list[Problem]) -> list[tuple[Problem, 
         for f in sorted(path.glob("*.py")):
             stem = f.stem
             m = re.fullmatch(r"(\d+)_(\d+)", stem)
-            add(f"{m.group(1)}/{m.group(2)}" if m else stem, f.read_text(), str(f))
+            code = read_text(f, EvalTargetError, "candidate", "give the kernel's .py source", CANDIDATE_MAX_BYTES)
+            add(f"{m.group(1)}/{m.group(2)}" if m else stem, code, str(f))
     elif path.is_file():
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        text = read_text(path, EvalTargetError, "--candidates", "give a JSONL of {\"problem\", \"code\"} lines "
+                         "or a folder of LEVEL_ID.py files")
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-                add(str(rec["problem"]), rec["code"], f"{path}:{n}")
-            except (json.JSONDecodeError, KeyError):
+                spec, code = str(rec["problem"]), rec["code"]
+            except (json.JSONDecodeError, KeyError, TypeError):
                 raise EvalTargetError(f"{path}:{n}: expected a JSON object with 'problem' and 'code'") from None
+            over = too_big(len(str(code).encode("utf-8", "surrogatepass")), CANDIDATE_MAX_BYTES)
+            if over:
+                raise EvalTargetError(f"{path}:{n}: the candidate's code is {over}; give the kernel's source")
+            add(spec, code, f"{path}:{n}")
     else:
         raise EvalTargetError(f"--candidates {path}: no such file or folder")
     return items

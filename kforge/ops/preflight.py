@@ -96,9 +96,9 @@ def check_wandb(cfg: KforgeConfig) -> list[CheckResult]:
     project = cfg.log.wandb_project
     if not project:
         return [CheckResult("wandb", "pass", "not used (log.wandb_project is not set)")]
-    if importlib.util.find_spec("wandb") is None:
-        return [CheckResult("wandb", "warn", f"log.wandb_project={project} but wandb is not installed: the run "
-                            "logs to metrics.jsonl and TensorBoard only", "pip install 'kforge[wandb]'")]
+    if importlib.util.find_spec("wandb") is None:  # refused like missing credentials: a whole run without W&B
+        return [CheckResult("wandb", "fail", f"log.wandb_project={project} but wandb is not installed",
+                            "pip install 'kforge[wandb]', or unset log.wandb_project")]
     mode = os.environ.get("WANDB_MODE", "").lower()
     if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_DISABLED", "").lower() in ("1", "true"):
         return [CheckResult("wandb", "pass", f"project {project}, WANDB_MODE={mode or 'disabled'}: no login needed")]

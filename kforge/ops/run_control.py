@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import psutil
 
 from kforge.runs.folder import STOP_FILE, RunFolder, pid_alive
-from kforge.space import atomic_write_text
+from kforge.space import atomic_write_text, check_deletable
 
 ACTIVE = ("starting", "running", "stopping")
 TENSORBOARD_MISSING = "tensorboard is not installed: pip install tensorboard (or pip install 'kforge[plots]')"
@@ -142,12 +142,29 @@ def _kill_tree(p: psutil.Process, known: list[psutil.Process]) -> None:
 
 
 def remove_run(run: RunFolder) -> None:
-    """Delete the run folder; never a run whose process is alive."""
+    """Delete the run folder; never a run whose process is alive. Every folder in it is asked first (an
+    UnwritableFolder, nothing deleted, when one cannot be changed), so a removal does not stop halfway; one
+    that fails anyway goes on past what it cannot delete and says what is left."""
     status = run.effective_status()
     if status in ACTIVE:
         raise RunControlError(f"run {run.name} is {status} ({_owner(run)}); stop it first with "
                               f"`kforge runs stop {run.name}`, then remove it")
-    shutil.rmtree(run.path)
+    check_deletable(run.path, "run folder")
+    failed: list[tuple[str, str]] = []
+
+    def passed_over(path: str, exc: BaseException) -> None:
+        failed.append((path, getattr(exc, "strerror", None) or str(exc)))
+
+    if sys.version_info >= (3, 12):  # onerror is deprecated there
+        shutil.rmtree(run.path, onexc=lambda _func, path, exc: passed_over(path, exc))
+    else:
+        shutil.rmtree(run.path, onerror=lambda _func, path, info: passed_over(path, info[1]))
+    if failed:
+        left = sum(len(files) for _, _, files in os.walk(run.path)) if run.path.exists() else 0
+        path, why = failed[0]
+        more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+        raise RunControlError(f"run {run.name} was removed only in part: could not delete {path} ({why}){more}; "
+                              f"left in {run.path}: {left} file(s)")
 
 
 # ---------------------------------------------------------------------------------------------- logs

@@ -1,7 +1,8 @@
 """`kforge runs watch`: a run's progress read from its folder (status.json, metrics.jsonl, logs.log).
 
 It needs nothing from the training process, so it works from another terminal, over SSH, or after the
-run has ended. `render` builds one Rich frame; `plain_line` is the one-line form for pipes and logs.
+run has ended. `render` builds one Rich frame, `fields` the same as key/value rows for a pipe; `plain_line` is
+the one-line form that follows a run in pipes and logs.
 """
 
 from __future__ import annotations
@@ -157,6 +158,28 @@ def render(s: Snapshot) -> RenderableType:
     if s.log_tail:
         parts.append(Panel(Text("\n".join(s.log_tail)), title="logs.log", title_align="left", border_style="dim"))
     return Panel(Group(*parts), title="kforge runs watch", title_align="left", border_style=style or "white")
+
+
+def fields(s: Snapshot) -> list[tuple[str, str]]:
+    """The frame of `render` as (key, value) rows: what `runs watch --once` prints off a terminal, one
+    `key: value` line each (a panel there would be padded to the console's full width)."""
+    total = f"/{s.total_steps}" if s.total_steps else ""
+    rows = [("run", s.name), ("status", s.status + (" (stop requested)" if s.stop_requested and s.active else "")),
+            ("step", f"{s.step}{total}"), ("preset", s.preset or "-"), ("elapsed", _hms(s.elapsed_s()))]
+    if s.eta_s() is not None:
+        rows.append(("eta", _hms(s.eta_s())))
+    if s.pid and s.active:
+        rows.append(("pid", f"{s.pid}" + (f"@{s.host}" if s.host else "")))
+    for key, label in WATCHED:
+        values = [float(m[key]) for m in s.history if isinstance(m.get(key), (int, float))]
+        if values:
+            best = "" if key.startswith(("learner/", "time/", "length/")) else f" (best {_num(max(values))})"
+            rows.append((label, _num(values[-1]) + best))
+    rows.append(("last checkpoint", s.checkpoint or "-"))
+    if s.error and not s.active:
+        rows.append(("error", s.error))
+    rows += [("log", line) for line in s.log_tail]
+    return rows
 
 
 def plain_line(s: Snapshot) -> str:

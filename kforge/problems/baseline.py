@@ -52,14 +52,14 @@ def add(doc: dict[str, Any], problem: Problem, timings: TimingsLike, hardware: s
     level[f"{problem.name}.py"] = entry(timings, hardware, device)
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path, fix: str = "move it away or choose another --out") -> dict[str, Any]:
     """An existing baseline file (to extend it), or an empty document when there is none."""
     if not path.is_file():
         return {}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise UserError(f"{path} is not a baseline JSON file: move it away or choose another --out") from None
+    except ValueError:  # not UTF-8 text (UnicodeDecodeError), or not JSON
+        raise UserError(f"{path} is not a baseline JSON file (not JSON text): {fix}") from None
     if not isinstance(doc, dict):
         raise UserError(f"{path} is not a baseline JSON file (expected an object of levelN sections)")
     return doc
@@ -80,7 +80,7 @@ def read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"baseline file {path} does not exist: pass a KernelBench baseline JSON "
                          "(`kforge problems baseline` writes one)")
-    return load(path)
+    return load(path, "pass a KernelBench baseline JSON (`kforge problems baseline` writes one)")
 
 
 def lookup(doc: dict[str, Any], problem: Problem) -> dict[str, float] | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kforge.errors import UserError
-from kforge.jsonl import iter_objects
+from kforge.jsonl import iter_objects, read_text
 from kforge.problems.record import Problem
 
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
@@ -127,13 +127,15 @@ def _load_levels(base: Path, levels: set[int] | None, source: str, with_solution
                 )
             by_id[problem_id] = path
             solution_path = folder / "solutions" / path.name
-            solution = solution_path.read_text(encoding="utf-8") if with_solutions and solution_path.is_file() else None
+            want = "a problem source holds KernelBench-format .py files"
+            solution = (read_text(solution_path, ProblemSourceError, "solution", want)
+                        if with_solutions and solution_path.is_file() else None)
             problems.append(
                 Problem(
                     level=level,
                     problem_id=problem_id,
                     name=path.stem,
-                    code=path.read_text(encoding="utf-8"),
+                    code=read_text(path, ProblemSourceError, "problem file", want),
                     source=source,
                     solution=solution,
                 )

@@ -64,7 +64,7 @@ def rollout_metrics(trajectories: list[Trajectory], levels: dict[str, int], per_
     out["turns/dropped_attempts"] = float(sum(t.dropped_attempts for t in turns))
     summary = summarize([trajectory_outcome(tr, levels.get(tr.problem_key, 0)) for tr in trajectories])["overall"]
     out["fast_0"] = float(summary.get("fast_0") or 0.0)
-    if speed_measured(summary):  # untimed (CPU) correct kernels would log a fast_1 of 0 that means nothing
+    if speed_measured(summary):  # nothing timed (a CPU, or no correct kernel): no fast_1, not a 0 no clock gave
         out["fast_1"] = float(summary.get("fast_1") or 0.0)
     if per_level:
         out.update(level_metrics(trajectories, levels))

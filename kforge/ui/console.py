@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.file_proxy import FileProxy
 from rich.logging import RichHandler
+from rich.text import Text
 
 # Off a terminal (a pipe, a log file, CI) Rich would cut every line at 80 columns: model names and paths
 # in tables lost their ends. There the width is only a bound that nothing real reaches.
@@ -19,10 +20,13 @@ PLAIN_WIDTH = 1000
 
 
 def _console(stderr: bool = False) -> Console:
-    probe = Console(stderr=stderr)
+    # markup=False: what kforge prints is text, not Rich markup. Names, paths and fixes hold brackets
+    # (`pip install 'kforge[gpu]'`, a run named `lr[red]`) that markup would eat; styles are given as
+    # `Text(..., style=...)` (or an explicit markup=True with the text escaped).
+    probe = Console(stderr=stderr, markup=False)
     if probe.is_terminal or os.environ.get("COLUMNS"):
         return probe
-    return Console(stderr=stderr, width=PLAIN_WIDTH)
+    return Console(stderr=stderr, width=PLAIN_WIDTH, markup=False)
 
 
 def quiet_libraries() -> None:
@@ -44,7 +48,7 @@ def progress_bar(remaining: bool = False, transient: bool = False) -> Any:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    columns = [TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     if remaining:
         columns.append(TimeRemainingColumn())
     return Progress(*columns, console=console, disable=not console.is_terminal, transient=transient)
@@ -58,7 +62,7 @@ def rule(title: str) -> None:
         console.print(f"--- {title} ---", highlight=False, soft_wrap=True)
 
 
-def print_fields(title: str, rows: list[tuple[str, str]], style: str = "") -> None:
+def print_fields(title: str, rows: list[tuple[str, str | Text]], style: str = "") -> None:
     """Labelled values: a panel on a terminal; off one `title` and `key: value` lines (a panel there would be
     padded to PLAIN_WIDTH columns)."""
     if console.is_terminal:
@@ -70,11 +74,11 @@ def print_fields(title: str, rows: list[tuple[str, str]], style: str = "") -> No
         grid.add_column()
         for key, value in rows:
             grid.add_row(key, value)
-        console.print(Panel(grid, title=title, border_style=style or "none"))
+        console.print(Panel(grid, title=Text(title), border_style=style or "none"))
         return
     console.print(title, highlight=False, soft_wrap=True)
     for key, value in rows:
-        console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
+        console.print(f"{key}: {value.plain if isinstance(value, Text) else value}", highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
@@ -82,7 +86,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     not markup: a setting like lora.target_modules=[q_proj] is printed as given."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -185,7 +185,7 @@ class Dashboard:
             elif key == "fast_1" and self._untimed():
                 parts.append("fast_1 not measured")
         parts.append(f"eta {self._eta()}")
-        self.console.print(" | ".join(parts), highlight=False, soft_wrap=True)
+        self.console.print(" | ".join(parts), markup=False, highlight=False, soft_wrap=True)
 
     def _untimed(self) -> bool:
         """A step's metrics hold no fast_1 when its correct kernels were not timed (a CPU run)."""
@@ -264,9 +264,9 @@ class Dashboard:
         for name, (done, total, _) in self.stages.items():
             frac = min(1.0, done / total) if total else 0.0
             bar = "█" * int(frac * 30) + "·" * (30 - int(frac * 30)) if total else ""
-            stage.add_row(f"[cyan]{name}[/]", bar, f"{done}/{total}" if total else "")
+            stage.add_row(Text(name, style="cyan"), bar, f"{done}/{total}" if total else "")
         if not self.stages:
-            stage.add_row(f"[cyan]{self.idle}[/]", "", "")
+            stage.add_row(Text(self.idle, style="cyan"), "", "")
         for key, label in (("throughput/generate_tok_s", "generate tok/s"),
                            ("throughput/eval_kernels_min", "kernels/min"), ("learner/tokens_per_s", "learner tok/s")):
             if throughput and isinstance(m.get(key), (int, float)):
@@ -310,7 +310,8 @@ class Dashboard:
         kernels.add_column("")
         for key, turn, status, detail in list(self.kernels)[:rows]:
             style = "green" if status == "correct" else ("yellow" if status == "incorrect" else "red")
-            kernels.add_row(key, str(turn), f"[{style}]{status}[/]", detail)
+            # Text, not markup: a problem's name and the evaluator's detail are printed as they are.
+            kernels.add_row(Text(key), str(turn), Text(status, style=style), Text(detail))
         return Panel(kernels, title="latest kernels")
 
     def _warnings(self, rows: int) -> Panel | None:

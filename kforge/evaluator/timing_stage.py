@@ -80,6 +80,10 @@ class TimingStage:
         self.durations.update({f"timing_{part}_s": s for part, s in phases.items()})
         self.durations["timed_calls"] = len(got)
         order = order[:len(got)]  # the calls made
+        if profile_at is not None:
+            self.profiled = True
+            cov = answers[profile_at].get("coverage")
+            self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
         # Outputs PyTorch finished, in the trials or in any timed call (a candidate may change course once timed)
         calls = self.trial_evidence + [dict(a.get("evidence") or {}) for a in answers]
         if flags := finished_elsewhere_flags(calls, self.v.coverage, self.slot.on_gpu):

@@ -244,9 +244,9 @@ def generate(
         _verify(curriculum, cpu)
     gen.write(out, curriculum.texts())
     counts = curriculum.manifest["counts"]
-    console.print(escape(f"wrote {out}: {counts['train']} train and {counts['test']} held-out {family} problems "
-                         f"(seed {seed}); train with dataset.source={out / 'problems.jsonl'}, warm-start with "
-                         f"kforge sft --data {out / 'sft_pairs.jsonl'}"), highlight=False, soft_wrap=True)
+    console.print(f"wrote {out}: {counts['train']} train and {counts['test']} held-out {family} problems "
+                  f"(seed {seed}); train with dataset.source={out / 'problems.jsonl'}, warm-start with "
+                  f"kforge sft --data {out / 'sft_pairs.jsonl'}", highlight=False, soft_wrap=True)
 
 
 def _verify(curriculum, cpu: bool) -> None:

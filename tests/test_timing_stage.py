@@ -130,3 +130,33 @@ def test_a_call_nobody_compared_does_not_set_the_parents_clock(monkeypatch) -> N
     stage._timing()
     assert "timing_inconsistent" in stage.v.flags, stage.v.details
     assert stage.v.kernel_ms is None and abs(stage.v.details["clock_speedup"] - 1.0) < 1e-6
+
+
+def test_outputs_pytorch_finished_only_when_re_measured_are_judged_as_in_the_first_calls(monkeypatch) -> None:
+    """A candidate sees when it is re-measured (recheck.py: a pause while a twin starts, then calls at a twin's
+    pace). Its trials and first timed calls had its kernels write every output (nothing profiled: coverage
+    is off); once re-measured, a copy kernel and PyTorch's own reduction of the copy answered. The re-measured
+    calls' evidence is read by the rule for outputs PyTorch finished, as every other call's is."""
+    from kforge.evaluator import drive, timing_stage
+    from kforge.evaluator.judge import Clock
+
+    tick = _Tick()
+    monkeypatch.setattr(drive, "time", tick)
+    finished = {"kernels": 1, "kernels_on_data": 1, "outputs_unwritten": 0, "outputs_finished": 1}
+
+    def paired(ctx, slot, child, code, seed, meta, slots, size, answers):  # noqa: ANN001, ANN202
+        answers += [{"evidence": finished}] * 16
+        both = Clock(wall_ms=[6.0] * 16, reported_ms=[5.0] * 16, window_ms=[5.5] * 16)
+        return both, both, [[None]] * 16, [[None]] * 16
+
+    monkeypatch.setattr(timing_stage, "paired_calls", paired)
+    stage = _Stage(coverage=False)
+    n = 30
+    stage.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
+                          samples=[[None]] * n, meta=[None],
+                          clock=Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
+    stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
+    stage.child = _SkippingChild(tick, skip_seed=-1)  # every call 5 ms, reported 0.001: the first check flags it
+    stage._timing()
+    assert stage.v.details["recheck"]["consistent"] and not stage.profiled
+    assert "output_not_from_kernel" in stage.v.flags, stage.v.details

@@ -145,6 +145,11 @@ class TimingStage:
         elif timed_evidence_flags(answers):
             self.v.flags.append("timed_call_without_kernel")
             self.v.details["reason"] = "a re-measured timed call ran none of the candidate's kernels on its data"
+        elif flags := finished_elsewhere_flags([dict(a.get("evidence") or {}) for a in answers], self.v.coverage,
+                                               self.slot.on_gpu):  # PyTorch finishing only once re-measured
+            self.v.flags += flags
+            self.v.details["reason"] = ("PyTorch made an output of a re-measured call and did most of the GPU work "
+                                        "(or none was measured)")
         second = recheck_timing(mine, twin, self.cfg, self.slot.on_gpu)
         self.v.details["recheck"] = {"first": first.reason, "made": True, "consistent": second.consistent}
         return second, mine

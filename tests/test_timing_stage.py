@@ -73,3 +73,90 @@ def test_without_a_finished_output_or_evaluator_coverage_nothing_is_profiled() -
     stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
     stage._timing()
     assert not stage.profiled and stage.v.coverage is None and stage.child.profiled_calls == 0
+
+
+class _Tick:
+    """The parent's clock in drive.py, moved only by the stood-in child: no test here waits on real time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _SkippingChild(_Child):
+    """An H100's loop (1 ms of set-up and copy-out) around a 5 ms kernel, every report forged at 0.001 ms, and
+    one timed call, whose outputs nobody compared, that computed nothing: its wall is the bare loop."""
+
+    def __init__(self, tick: _Tick, skip_seed: int) -> None:
+        super().__init__()
+        self.tick, self.skip_seed, self.seed = tick, skip_seed, -1
+
+    def ask(self, request: dict[str, Any] | None, expect: str, deadline: float, max_bytes: int) -> dict[str, Any]:
+        if request is not None and request.get("op") == P.OP_TIME:
+            self.seed = int(request["seed"])
+            self.tick.now += (0.5 if self.seed == self.skip_seed else 5.5) * 1e-3  # to the window's end
+        elif expect == P.TIMED:
+            self.tick.now += 0.5e-3  # the copy-out, the answer, the read
+        evidence = {"kernels": 1, "kernels_on_data": 1, "outputs_unwritten": 0}
+        return {"type": expect, "ms": 0.001, "coverage": None, "evidence": evidence}
+
+
+def test_a_call_nobody_compared_does_not_set_the_parents_clock(monkeypatch) -> None:
+    """A draw compares 16 of its 100 timed calls (reference.DRAW_CHECKED_CALLS). The parent's least window and
+    least wall once came from every call: one unchecked call that computed nothing (9 in 10 land unchecked
+    after the first 20) made any forged report consistent and set the figure's floor at the bare loop's
+    (5 ms x 1/6 / 2 = 0.42 ms: 12x for a kernel as fast as the reference's). The clock now counts only the
+    compared calls, and the forged report is flagged (the twin cannot run here: the first finding stands)."""
+    from kforge.evaluator import drive, timing_stage
+    from kforge.evaluator.judge import Clock
+    from kforge.evaluator.recheck import TwinFailed
+
+    tick = _Tick()
+    monkeypatch.setattr(drive, "time", tick)
+
+    def no_twin(*args: Any, **kwargs: Any) -> Any:
+        raise TwinFailed("no twin here")
+
+    monkeypatch.setattr(timing_stage, "paired_calls", no_twin)
+    stage = _Stage(coverage=False)
+    n, checked = 100, set(range(0, 96, 6))  # 16 compared calls
+    stage.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
+                          samples=[[None] if i in checked else None for i in range(n)], meta=[None],
+                          clock=Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
+    stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
+    stage.child = _SkippingChild(tick, skip_seed=1)  # call 1 is never compared
+    stage._timing()
+    assert "timing_inconsistent" in stage.v.flags, stage.v.details
+    assert stage.v.kernel_ms is None and abs(stage.v.details["clock_speedup"] - 1.0) < 1e-6
+
+
+def test_outputs_pytorch_finished_only_when_re_measured_are_judged_as_in_the_first_calls(monkeypatch) -> None:
+    """A candidate sees when it is re-measured (recheck.py: a pause while a twin starts, then calls at a twin's
+    pace). Its trials and first timed calls had its kernels write every output (nothing profiled: coverage
+    is off); once re-measured, a copy kernel and PyTorch's own reduction of the copy answered. The re-measured
+    calls' evidence is read by the rule for outputs PyTorch finished, as every other call's is."""
+    from kforge.evaluator import drive, timing_stage
+    from kforge.evaluator.judge import Clock
+
+    tick = _Tick()
+    monkeypatch.setattr(drive, "time", tick)
+    finished = {"kernels": 1, "kernels_on_data": 1, "outputs_unwritten": 0, "outputs_finished": 1}
+
+    def paired(ctx, slot, child, code, seed, meta, slots, size, answers):  # noqa: ANN001, ANN202
+        answers += [{"evidence": finished}] * 16
+        both = Clock(wall_ms=[6.0] * 16, reported_ms=[5.0] * 16, window_ms=[5.5] * 16)
+        return both, both, [[None]] * 16, [[None]] * 16
+
+    monkeypatch.setattr(timing_stage, "paired_calls", paired)
+    stage = _Stage(coverage=False)
+    n = 30
+    stage.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
+                          samples=[[None]] * n, meta=[None],
+                          clock=Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
+    stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
+    stage.child = _SkippingChild(tick, skip_seed=-1)  # every call 5 ms, reported 0.001: the first check flags it
+    stage._timing()
+    assert stage.v.details["recheck"]["consistent"] and not stage.profiled
+    assert "output_not_from_kernel" in stage.v.flags, stage.v.details

@@ -207,6 +207,12 @@ class Clock:
     # a clock from before the mark existed: then the whole wall stands in for it.
     window_ms: list[float] = field(default_factory=list)
 
+    def of(self, keep: list[bool]) -> Clock:
+        """The calls marked in `keep` (one mark per call)."""
+        pick = [i for i, k in enumerate(keep) if k]
+        return Clock([self.wall_ms[i] for i in pick], [self.reported_ms[i] for i in pick],
+                     [self.window_ms[i] for i in pick] if self.window_ms else [])
+
     @property
     def setup_ms(self) -> float:
         """Per call: the least the parent saw up to the window's end beyond the window itself (request,
@@ -273,8 +279,12 @@ class TimingCheck:
     clamped: bool = False  # the figure is the parent's floor, not the report
 
 
-def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> TimingCheck:
+def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True,
+                 checked: list[bool] | None = None) -> TimingCheck:
     """The mean of the reported times, compared with the parent's clock and raised to what that clock allows.
+    The clock's least times come only from the calls whose outputs were `checked` (all when None): a call
+    nobody compared may have computed nothing, and one such call's wall was the least of all, which let every
+    report be forged low and set the floor at the loop's bare overhead (a 5 ms kernel's figure 22x).
 
     - A report that is not finite and positive for every call is no report.
     - Flag (inconsistent): the parent's estimate of the candidate's own time (its least wall time per
@@ -291,6 +301,8 @@ def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gp
     if not rep or len(candidate.wall_ms) != len(rep) or any(not math.isfinite(x) or x <= 0.0 for x in rep):
         return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
     ratio, base = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+    if checked is not None and len(checked) == len(rep) and any(checked):
+        candidate = candidate.of(checked)
     split = candidate.after_ms is not None and reference.after_ms is not None
     slack = base + SLACK_SHARE * max(reference.setup_ms if split else reference.overhead_ms, 0.0)
     parent = (max(0.0, min(candidate.window_ms) - reference.setup_ms) if split

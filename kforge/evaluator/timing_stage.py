@@ -99,15 +99,20 @@ class TimingStage:
             self.v.details["reason"] = "a timed call ran none of the candidate's kernels on its data"
         if ref.clock is None:
             return
-        self.v.details["parent_ms_per_call"] = parent_ms_per_call(clock, ref.clock)
+        # The parent's clock counts only calls whose outputs were compared: an unchecked one may have done nothing.
+        checked = [ref.samples[i] is not None for k, i in enumerate(order) if k != profile_at]  # (not clocked)
+        seen = clock.of(checked) if any(checked) else clock
+        self.v.details["parent_ms_per_call"] = parent_ms_per_call(seen, ref.clock)
         self.v.details["reference_overhead_ms"] = ref.clock.overhead_ms  # what that estimate subtracted
-        check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu)
+        check = check_timing(clock, ref.clock, cfg, self.slot.on_gpu, checked)
         if not check.consistent and check.kernel_ms is not None and not self.v.flags:
-            check, clock = self._recheck(check, clock)
+            check, again = self._recheck(check, clock)
+            if again is not clock:  # re-measured: every paired call was compared
+                clock = seen = again
         # What the parent's own clock saw (least wall per call, the reference's over the candidate's), and
         # whether the figure is the clock's floor rather than the report (a report it could not confirm).
-        if ref.clock.wall_ms and clock.wall_ms:
-            self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(clock.wall_ms), 1e-9)
+        if ref.clock.wall_ms and seen.wall_ms:
+            self.v.details["clock_speedup"] = min(ref.clock.wall_ms) / max(min(seen.wall_ms), 1e-9)
         self.v.details["timing_clamped"] = check.clamped
         if not check.consistent:
             self.v.flags.append("timing_inconsistent")
@@ -140,6 +145,11 @@ class TimingStage:
         elif timed_evidence_flags(answers):
             self.v.flags.append("timed_call_without_kernel")
             self.v.details["reason"] = "a re-measured timed call ran none of the candidate's kernels on its data"
+        elif flags := finished_elsewhere_flags([dict(a.get("evidence") or {}) for a in answers], self.v.coverage,
+                                               self.slot.on_gpu):  # PyTorch finishing only once re-measured
+            self.v.flags += flags
+            self.v.details["reason"] = ("PyTorch made an output of a re-measured call and did most of the GPU work "
+                                        "(or none was measured)")
         second = recheck_timing(mine, twin, self.cfg, self.slot.on_gpu)
         self.v.details["recheck"] = {"first": first.reason, "made": True, "consistent": second.consistent}
         return second, mine

@@ -284,6 +284,12 @@ ATTACKS = [
     Attack("forged_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "the parent's clock around each timed call disagrees with the forged report; on a GPU, where a tiny kernel is lost in the loop's ~1 ms overhead, the clock cannot flag it: the figure is then its floor (`clamped`: at most RATIO x the speedup the parent's clock saw)", item=3,
            gpu={"bare": "correct+timing_inconsistent|correct+clamped"}),
+    Attack("skip_unchecked_call.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
+           "the parent's least time per call counts only compared calls: the one call that computed nothing (the "
+           "21st, which a draw leaves unchecked 9 in 10 times) no longer sets it. On a CPU every one of the 3 timed "
+           "calls is compared and the forged report is flagged; on a GPU as forged_timing.py, or the skipped call "
+           "was compared", item=3,
+           gpu={"bare": "correct+timing_inconsistent|correct+clamped|correct+timed_output_mismatch"}),
     Attack("skip_timed_calls.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "computing outputs only when they are copied out still runs on the parent's clock; on a GPU, where a tiny kernel is lost in the loop's ~1 ms overhead, the clock cannot flag it: the figure is then its floor (`clamped`: at most RATIO x the speedup the parent's clock saw)",
            item=3, gpu={"bare": "correct+timing_inconsistent|correct+clamped"}),

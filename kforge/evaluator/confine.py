@@ -267,7 +267,7 @@ def threads() -> dict[int, int]:
 
 
 def lock_down(spec: dict, known: dict[int, int] | None = None) -> dict:
-    """The child's rules from the moment the parent chose (READY, or after the first trial on a GPU, where
+    """The child's rules from the moment the parent chose (READY, or after the first call on a GPU, where
     Triton runs ptxas at a kernel's first launch): processes left from before are killed (as PID 1 of its
     own PID namespace, kill(-1) reaches only those), no new process or exec in any thread, and a second
     Landlock layer whose reads leave out what only the set-up needed. Returns what was applied.

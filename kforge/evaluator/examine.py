@@ -71,7 +71,8 @@ class Examination(TimingStage):
         self.job = {"code": code, "inputs_code": P.inputs_only(problem_code), "backend": backend,
                     "device": self.slot.device, "init_seed": self.ref.init_seed, "state": self.ref.state,
                     "build_dir": build_dir, "audit_hook": self.cfg.audit_hook,
-                    # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over.
+                    # Triton on a GPU runs ptxas at each kernel's first launch: no exec before that is over
+                    # (the first call, examine._first_call; the request is still named for the trial it once was).
                     "lock_after": "first_trial" if rule.compiles_at_first_launch and self.slot.on_gpu else "ready"}
         self.readable = [build_dir] if build_dir else []  # built by a child of its own; read-only from here on
         # The GPU's gate (gate.py): the start-up and the trials share it with the other workers' GPU work,
@@ -233,6 +234,7 @@ class Examination(TimingStage):
         except (drive.ChildError, TimeoutError, EOFError):
             self._spawn()  # it broke without its kernels: they were needed
             self._import()
+            self._first_call()  # its lock-down, as for the first child, before any trial
             return True
         return not (isinstance(got, list) and compare_outputs(got, ref.decoy_output, self.cfg, scale_atol=signed).passed)
 

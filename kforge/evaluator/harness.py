@@ -240,7 +240,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     loop = RequestLoop(model, problem, device, wfd, rfd, job.get("arena_fd"), guard,
                       lambda: _changed(identities, guard))
     spec = job.get("lockdown")
-    if spec is not None:  # the parent says when: at READY, or (Triton on a GPU) after the first trial
+    if spec is not None:  # the parent says when: at READY, or (Triton on a GPU) after the first call
         loop.lock = lambda: _lock(spec, known, wfd)
         if job.get("lock_after") != "first_trial":
             loop.lock_now()

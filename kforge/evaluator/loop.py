@@ -253,4 +253,4 @@ class RequestLoop:
             send_message(self.wfd, msg)
             if collecting:
                 gc.enable()
-            self.lock_now()  # a no-op once applied; Triton on a GPU compiled its kernels in the first trial
+            self.lock_now()  # a no-op once applied; Triton on a GPU compiled its kernels in the first call

@@ -1,4 +1,4 @@
-"""Item 6: the first call answers zeros with no kernel at all (a wrong answer, but an answer), then every later
+"""Item 6: the first calls (the one made right after READY, whose outputs nobody reads, and the first trial) answer zeros with no kernel at all (a wrong answer, but an answer), then every later
 call launches a kernel that does not compile (Triton compiles at the first launch), its failure re-raised as
 RuntimeError. Any answered call once showed the parent that the code compiled: `runtime_error`, worth the
 compile reward, while the same file without the first answer (compile_fails.py) is `compile_error`."""
@@ -31,6 +31,6 @@ def relu(x):
 class ModelNew(nn.Module):
     def forward(self, x):
         _calls[0] += 1
-        if _calls[0] == 1:
+        if _calls[0] <= 2:
             return torch.zeros_like(x)
         return relu(x)

@@ -1,13 +1,13 @@
 """Item 3: timed calls answered by PyTorch alone, the profiled call padded. The trials get the real kernel; from
-then on, counting its calls (3 trials, the signed one and the decoy in the corpus's configuration, then 3
-warm-up and 20 timed calls), the candidate answers with `torch.clamp` (not the op's name) and pads the call it
+then on, counting its calls (the first call made right after READY, 3 trials, the signed one and the decoy in
+the corpus's configuration, then 3 warm-up and 20 timed calls), the candidate answers with `torch.clamp` (not the op's name) and pads the call it
 expects to be profiled with a spin kernel, so that its coverage looks like all of the GPU time."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 
-TRIALS = 5
+TRIALS = 6  # the first call and the five trial requests
 PROFILED = TRIALS + 3 + 20 + 1
 _calls = [0]
 

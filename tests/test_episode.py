@@ -239,9 +239,8 @@ def test_context_budget_drops_oldest_attempts(tok, problems):
 @pytest.mark.slow
 def test_real_model_episode(problems):
     """The engine with the real SmolLM2 HF backend: generation, parsing, feedback, every Turn field."""
-    from test_rollout_hf import load_smollm
-
     from kforge.rollout.hf import HFBackend
+    from test_rollout_hf import load_smollm
 
     model, tok = load_smollm()
     backend = HFBackend.from_model(model, tok, batch_size=4)

@@ -20,6 +20,7 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict, sandbox
 from kforge.problems.record import Problem
 
+
 def _load_manifest():
     import importlib.util
     import sys

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-
 from io import StringIO
 from pathlib import Path
 

@@ -2,14 +2,13 @@
 their share, and `learner.drop_truncated` leaves them out of the loss (not out of their group's baseline).
 Peak GPU memory of each role over a step."""
 
-from test_episode import KERNEL, NOT_A_MODEL, ScriptedBackend, answer, grade_by_parsing, make_cfg, problems, run, tok  # noqa: F401
-
 from kforge.config.schema import LearnerConfig
 from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.rewards import score_trajectories
 from kforge.policy.prompts import PromptBuilder
 from kforge.rollout.base import Completion
 from kforge.train.metrics import rollout_metrics
+from test_episode import KERNEL, NOT_A_MODEL, ScriptedBackend, answer, grade_by_parsing, make_cfg, problems, run, tok  # noqa: F401
 
 
 class CutBackend(ScriptedBackend):

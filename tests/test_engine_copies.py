@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import torch
 
 from kforge.config.schema import KforgeConfig

@@ -1,7 +1,6 @@
 """The README's CPU commands run as written; its problem examples exist; the extras declare what the code
 imports; `make gpu` does something once .venv exists; plain output is whole and said once; W&B resumes."""
 
-import json
 import os
 import re
 import subprocess

@@ -232,7 +232,8 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
     assert [r.status for r in check_rag(ok) if r.check == "rag leak guard"] == ["pass"]  # the run it was built for: accepted
     other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
                                        "dataset.test_fraction=0.5"]).config
-    assert [r.status for r in check_rag(other) if r.check == "rag leak guard"] == ["fail"]  # more held-out problems than the index leaves out
+    # more held-out problems than the index leaves out
+    assert [r.status for r in check_rag(other) if r.check == "rag leak guard"] == ["fail"]
 
 
 def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the_app(tmp_path, capsys):

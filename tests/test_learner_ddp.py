@@ -60,6 +60,7 @@ def states(proc: LearnerProcess) -> list[dict]:
 LOSSES = [("grpo", "token_mean"), ("dr_grpo", "token_mean"), ("grpo", "sequence_mean")]
 
 
+@pytest.mark.slow  # two gloo ranks and a one-rank run train on the CPU: about 30 s
 def test_two_gloo_ranks_give_the_one_rank_gradients_and_update(tmp_path):
     """Same batches, one rank vs two: every LoRA gradient of the last minibatch and every adapter weight after
     each pair of steps agree to float tolerance, on both ranks, under every normaliser (total response tokens;

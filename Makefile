@@ -1,5 +1,6 @@
-# Entry points (see README): `make tiny` sets up and trains the tiny preset; `make test` sets up and
-# runs the tests; `make gpu` adds what a GPU run needs. All create .venv on first use and reuse it.
+# Entry points (see README): `make tiny` sets up and trains the tiny preset; `make test` sets up, lints
+# (ruff) and runs the tests; `make test-fast` the same without the slow ones; `make gpu` adds what a GPU
+# run needs. All create .venv on first use and reuse it.
 PYTHON ?= python3
 VENV ?= .venv
 # The torch of the base set-up (a GPU workstation then runs `make gpu`, where vLLM picks its own torch).
@@ -11,7 +12,7 @@ BIN := $(VENV)/bin
 # CPU torch of `make setup`; datasets for `problems fetch --via hf` and the default `rag build` corpus.
 GPU_EXTRAS ?= rag,plots,dev,gpu,hf
 
-.PHONY: setup tiny test gpu clean-venv
+.PHONY: setup tiny lint test test-fast gpu clean-venv
 
 $(BIN)/kforge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +34,15 @@ gpu: setup
 tiny: setup
 	$(BIN)/kforge train --preset tiny
 
-test: setup
+lint: setup
+	$(BIN)/ruff check kforge tests bench
+
+test: lint
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q tests
+
+# Without the tests marked slow (a real model loaded, or training): the loop while changing code.
+test-fast: lint
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow" tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -84,7 +84,6 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from scratch_model import write_model_folder
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from kforge.config.schema import KforgeConfig
@@ -94,6 +93,7 @@ def main() -> int:
     from kforge.rollout.adapters import EngineCopies
     from kforge.rollout.base import GenerationRequest, SamplingParams
     from kforge.rollout.vllm_worker import VLLMBackend, engine_kwargs_from_config
+    from scratch_model import write_model_folder
 
     work = Path(args.work or tempfile.mkdtemp(prefix="kforge-sync-"))
     folder = write_model_folder(work / "model", max_positions=8192, **SHAPES[args.shape])  # config + tokenizer

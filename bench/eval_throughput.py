@@ -338,7 +338,8 @@ def _kernel_ms(v) -> float | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=str(ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
-    ap.add_argument("--baselines", default=str(ROOT.parent / "shared/data/kernelbench/baselines/H100_Modal__baseline_time_torch.json"))
+    ap.add_argument("--baselines",
+                    default=str(ROOT.parent / "shared/data/kernelbench/baselines/H100_Modal__baseline_time_torch.json"))
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--shrink", action="store_true")
     ap.add_argument("--timing-trials", type=int, default=100)

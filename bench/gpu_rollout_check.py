@@ -253,7 +253,8 @@ def main() -> int:
     folder = write_model_folder(work / "model", vocab_size=8000, real_weights=True, dtype="bfloat16", **shape)
     adapters = [write_lora(folder, work / f"lora{s}", rank=16, seed=s) for s in (1, 2)]
     record("setup", True, f"random-init Llama {shape} + 2 PEFT adapters in {time.perf_counter() - t0:.0f} s "
-                          f"(torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'})")
+                          f"(torch {torch.__version__}, "
+                          f"GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'})")
     if not args.skip_hf:
         check_hf(folder, adapters, args)
     if not args.skip_vllm:

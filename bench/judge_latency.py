@@ -157,8 +157,8 @@ def candidates(sets: list[str], rows: int, cols: int, cpu: bool) -> list[tuple[s
     return items
 
 
-STAGES = ("fork_s", "cuda_init_s", "import_s", "first_call_s", "first_trial_s", "correctness_s", "warmup_s", "timing_s", "timing_window_s",
-          "timing_answer_s", "timing_read_s", "profile_s", "recheck_s")
+STAGES = ("fork_s", "cuda_init_s", "import_s", "first_call_s", "first_trial_s", "correctness_s", "warmup_s", "timing_s",
+          "timing_window_s", "timing_answer_s", "timing_read_s", "profile_s", "recheck_s")
 
 
 def busy(args: argparse.Namespace) -> list[subprocess.Popen]:

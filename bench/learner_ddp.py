@@ -102,7 +102,8 @@ def main() -> None:
         finally:
             proc.close()
         step = sorted(times[1:] or times)[len(times[1:] or times) // 2]
-        diff = "" if reference is None else f"{float((flat - reference).abs().max()):.3g} (|W| max {float(reference.abs().max()):.3g})"
+        diff = ("" if reference is None
+                else f"{float((flat - reference).abs().max()):.3g} (|W| max {float(reference.abs().max()):.3g})")
         reference = flat if reference is None else reference
         print(f"{world:>5} {step:>8.2f} {tokens / step:>10.0f} {peak:>9.1f} {diff:>20}")
 

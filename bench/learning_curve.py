@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict] = []
     budget = (args.minutes - args.heldout_minutes) * 60.0
-    t0, last_round_s = time.time(), 0.0
+    last_round_s = 0.0
     print("step | reward real shuffled control | format real shuffled control | compile real | correct real | s",
           flush=True)
     with open(out / "samples.jsonl", "w") as samples_file, open(out / "steps.jsonl", "w") as steps_file:

@@ -97,13 +97,13 @@ def main() -> int:
     ap.add_argument("--gpu-mem", type=float, default=0.35, help="vLLM gpu_memory_utilization")
     ap.add_argument("--work", default=None)
     args = ap.parse_args()
-    from scratch_model import write_model_folder
     from transformers import AutoTokenizer
 
     from kforge.credit.samples import Sample
     from kforge.rollout.base import GenerationRequest, SamplingParams
     from kforge.rollout.vllm_worker import VLLMBackend
     from kforge.train.learner_proc import LearnerProcess
+    from scratch_model import write_model_folder
 
     work = Path(args.work or tempfile.mkdtemp(prefix="kforge-one-gpu-"))
     t0 = time.time()

@@ -52,7 +52,8 @@ def row(backend: str, mode: str, prompts: int, times: list[float], tokens: int, 
 def make_prompts(tok, n: int) -> list[list[int]]:
     out = []
     for i in range(n):
-        body = f"Write a fast Triton kernel for problem {i}. " + "The input is a float tensor of shape (4096, 4096). " * (1 + i % 5)
+        body = (f"Write a fast Triton kernel for problem {i}. "
+                + "The input is a float tensor of shape (4096, 4096). " * (1 + i % 5))
         text = tok.apply_chat_template([{"role": "user", "content": body}], tokenize=False, add_generation_prompt=True)
         out.append(tok(text, add_special_tokens=False)["input_ids"])
     return out
@@ -266,7 +267,8 @@ def bench_hf(folder: Path, tok, prompts, sampling, args) -> None:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
         results[name] = row("hf", name, len(prompts), times, tokens)
-    results["kforge HFBackend"]["ratio"] = results["kforge HFBackend"]["tok_per_s"] / results["direct model.generate"]["tok_per_s"]
+    results["kforge HFBackend"]["ratio"] = (results["kforge HFBackend"]["tok_per_s"]
+                                            / results["direct model.generate"]["tok_per_s"])
 
 
 def print_table() -> bool:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-
 # A kernel's source is kilobytes; a candidate of megabytes is a wrong file (a log, a dump), refused in one line
 # before the evaluator compiles and the results file keeps it.
 CANDIDATE_MAX_BYTES = 4 << 20

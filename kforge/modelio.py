@@ -160,8 +160,8 @@ def load_causal_lm(
             pass
     if load_in_4bit:
         try:
-            from transformers import BitsAndBytesConfig
             import bitsandbytes  # noqa: F401
+            from transformers import BitsAndBytesConfig
         except ImportError:
             raise ModelLoadError("model.load_in_4bit needs bitsandbytes: pip install 'kforge[gpu]'") from None
         kwargs["quantization_config"] = BitsAndBytesConfig(

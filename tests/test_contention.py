@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from fake_parts import Clock
-
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
 from kforge.evaluator.contention import GpuActivity

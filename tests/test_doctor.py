@@ -171,7 +171,6 @@ def test_model_row_for_folders_and_hub_ids(tmp_path, monkeypatch):
 
 def test_placement_naming_an_invisible_gpu_fails(monkeypatch):
     from fake_parts import fake_machine
-
     from kforge.config.schema import KforgeConfig
 
     fake_machine(monkeypatch, 0)

@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import torch
 
 from kforge.config.schema import KforgeConfig
@@ -48,7 +47,8 @@ def test_the_engine_copy_is_the_adapter_in_bf16(tmp_path):
     learner = tiny_learner()
     learner.save_adapter(tmp_path / "fp32")
     learner.save_adapter(tmp_path / "bf16", "bfloat16")
-    full, half = load_file(tmp_path / "fp32" / "adapter_model.safetensors"), load_file(tmp_path / "bf16" / "adapter_model.safetensors")
+    full = load_file(tmp_path / "fp32" / "adapter_model.safetensors")
+    half = load_file(tmp_path / "bf16" / "adapter_model.safetensors")
     assert set(full) == set(half) and full
     assert {t.dtype for t in full.values()} == {torch.float32} and {t.dtype for t in half.values()} == {torch.bfloat16}
     for key in full:

@@ -23,7 +23,8 @@ from kforge.policy.prompts import Attempt, PromptBuilder
 from kforge.problems import builtin_problems
 from kforge.rollout.base import Completion
 
-KERNEL = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x  # speedup {s}\n"
+KERNEL = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+          "        return x  # speedup {s}\n")
 NOT_A_MODEL = "def helper(x):\n    return x\n"
 
 
@@ -70,7 +71,8 @@ class ScriptedBackend:
         text = self.tokenizer.decode(prompt_ids)
         self.prompts.append(text)
         key = next(p.key for p in self.problems if p.code.strip() in text)
-        turn = len(re.findall(r"### Attempt \d+", text)) + int(m.group(1) if (m := re.search(r"\((\d+) older attempt", text)) else 0)
+        older = m.group(1) if (m := re.search(r"\((\d+) older attempt", text)) else 0
+        turn = len(re.findall(r"### Attempt \d+", text)) + int(older)
         reply = self.script[key][turn]
         ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
         return Completion(ids, reply, [-0.5] * len(ids), "stop")
@@ -206,7 +208,7 @@ def test_single_turn_mode(tok, problems):
     backend = ScriptedBackend(tok, problems, {a.key: [answer(NOT_A_MODEL)] * 3})
     builder = PromptBuilder(tok, option="zero_shot")
     trajs = run(backend, builder, grade_by_parsing(), make_cfg(mode="single_turn"), [(a, g) for g in range(3)])
-    assert [(t.group_index, len(t.turns), t.stop_reason) for t in trajs] == [(0, 1, "max_turns"), (1, 1, "max_turns"), (2, 1, "max_turns")]
+    assert [(t.group_index, len(t.turns), t.stop_reason) for t in trajs] == [(g, 1, "max_turns") for g in range(3)]
 
 
 def test_evaluations_overlap(tok, problems):
@@ -239,9 +241,8 @@ def test_context_budget_drops_oldest_attempts(tok, problems):
 @pytest.mark.slow
 def test_real_model_episode(problems):
     """The engine with the real SmolLM2 HF backend: generation, parsing, feedback, every Turn field."""
-    from test_rollout_hf import load_smollm
-
     from kforge.rollout.hf import HFBackend
+    from test_rollout_hf import load_smollm
 
     model, tok = load_smollm()
     backend = HFBackend.from_model(model, tok, batch_size=4)

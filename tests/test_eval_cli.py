@@ -94,9 +94,9 @@ def test_generate_with_the_tiny_model(tmp_path):
 def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monkeypatch, concurrent, expect):
     """vLLM takes every request at once; the hf backend hf_batch_size prompts per call."""
     import kforge.rollout.factory as factory
+    from fake_parts import FakeEngine, FakePool
     from kforge.config.loader import resolve
     from kforge.eval.runner import EvalRun, Target
-    from fake_parts import FakeEngine, FakePool
 
     batches = []
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from kforge.eval.report import FAST_PS, SampleOutcome, fast_key, pass_at_k, summarize, summary_keys
 from kforge.eval.compare import rows as compare_rows
+from kforge.eval.report import FAST_PS, SampleOutcome, fast_key, pass_at_k, summarize, summary_keys
 from kforge.eval.runner import parse_id_range
 from kforge.evaluator.verdict import Status, Verdict
 

@@ -20,6 +20,7 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict, sandbox
 from kforge.problems.record import Problem
 
+
 def _load_manifest():
     import importlib.util
     import sys
@@ -177,7 +178,8 @@ def test_corpus_case(pools: _Pools, case: Case, tmp_path: Path) -> None:
     if case.status == "unsupported":
         assert "no GPU" in v.feedback
     # The pool still judges a good kernel right after every case.
-    after = pool.submit(make_problem("relu"), (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()).result(timeout=60)
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    after = pool.submit(make_problem("relu"), good).result(timeout=60)
     assert after.correct, after.feedback
 
 

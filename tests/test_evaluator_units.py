@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
+import mmap
 import os
 import pickle
 import sys
@@ -345,9 +345,8 @@ def test_arena_layout_read_whole_or_at_positions_and_sealed() -> None:
         arena.close()
 
 
-def _spinner() -> tuple[int, "mmap.mmap"]:
+def _spinner() -> tuple[int, mmap.mmap]:
     """A forked process in a process group of its own that counts as fast as it can in shared memory."""
-    import mmap
     import struct
 
     counter = mmap.mmap(-1, 8)
@@ -361,7 +360,7 @@ def _spinner() -> tuple[int, "mmap.mmap"]:
     return pid, counter
 
 
-def _count(counter: "mmap.mmap") -> int:
+def _count(counter: mmap.mmap) -> int:
     import struct
     import time
 

@@ -2,6 +2,7 @@
 load without kforge and generate the same greedy tokens as kforge's own model with the adapter."""
 
 import json
+
 import pytest
 import torch
 

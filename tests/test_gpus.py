@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from fake_parts import fake_machine, fake_served
 
 import kforge.gpus as gpus
+from fake_parts import fake_machine, fake_served
 from kforge.train.placement import plan_placement
 
 

@@ -17,15 +17,14 @@ from pathlib import Path
 
 import numpy
 import pytest
-from safetensors.numpy import save_file
 import yaml
+from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
 from kforge.cli.app import app
 from kforge.config.loader import resolve
-from kforge.problems import ProblemSourceError, load_problems, select_problems, split_problems
+from kforge.problems import ProblemSourceError, hub, kernelbench, load_problems, select_problems, split_problems
 from kforge.problems import baseline as baseline_file
-from kforge.problems import hub, kernelbench
 
 SHARED_JSONL = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernelbench" / "problems.jsonl"
 SHARED_BASELINE = SHARED_JSONL.parent / "baselines" / "H100_Modal__baseline_time_torch.json"

@@ -11,13 +11,13 @@ import torch
 
 from kforge.config.schema import KforgeConfig
 from kforge.credit.advantages import assign_returns, build_samples
+from kforge.credit.samples import Sample
+from kforge.learner.batching import collate
 from kforge.learner.checkpoint import atomic_folder, resolve_checkpoint
 from kforge.learner.learner import Learner
-from kforge.learner.lora import LearnerError
 from kforge.learner.logprobs import response_logits, token_logprobs
-from kforge.learner.batching import collate
+from kforge.learner.lora import LearnerError
 from kforge.learner.packing import collate_any, plan
-from kforge.credit.samples import Sample
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
 from tiny_models import one_thread, small_model  # noqa: F401 (one_thread: autouse)

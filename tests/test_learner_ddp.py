@@ -60,6 +60,7 @@ def states(proc: LearnerProcess) -> list[dict]:
 LOSSES = [("grpo", "token_mean"), ("dr_grpo", "token_mean"), ("grpo", "sequence_mean")]
 
 
+@pytest.mark.slow  # two gloo ranks and a one-rank run train on the CPU: about 30 s
 def test_two_gloo_ranks_give_the_one_rank_gradients_and_update(tmp_path):
     """Same batches, one rank vs two: every LoRA gradient of the last minibatch and every adapter weight after
     each pair of steps agree to float tolerance, on both ranks, under every normaliser (total response tokens;
@@ -93,14 +94,14 @@ def test_two_gloo_ranks_give_the_one_rank_gradients_and_update(tmp_path):
             for name in names:
                 weight, grad = rank_state[name]
                 torch.testing.assert_close(weight, one[name][0], rtol=1e-4, atol=1e-6,
-                                           msg=lambda m: f"stage {stage} rank {rank} {name}: {m}")
+                                           msg=lambda m: f"stage {stage} rank {rank} {name}: {m}")  # noqa: B023 (called at once)
                 if one[name][1] is None:
                     assert grad is None, name
                 else:
                     # Summing in another order moves the last bits; a wrong normaliser or a missed rank is off by 1/2.
                     scale = float(one[name][1].abs().max())
                     torch.testing.assert_close(grad, one[name][1], rtol=1e-3, atol=1e-4 * scale,
-                                               msg=lambda m: f"stage {stage} rank {rank} {name}: {m}")
+                                               msg=lambda m: f"stage {stage} rank {rank} {name}: {m}")  # noqa: B023 (called at once)
     for k in range(1, len(one_after)):  # every stage moved every LoRA weight: the comparison is not vacuous
         (before,), (now,) = one_after[k - 1], one_after[k]
         assert all(not torch.equal(before[n][0], now[n][0]) and now[n][1].abs().sum() > 0 for n in names), k

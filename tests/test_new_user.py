@@ -116,9 +116,7 @@ def test_config_yaml_records_the_values_the_run_derived_before_anything_reads_th
     """A model shorter than the preset's context and no --name: the capped length, the prompt budget that
     shrinks with it and the generated run name are in config.yaml (the run fails later, on its data)."""
     import yaml
-    from transformers import LlamaConfig
-
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     # Weights too: the pre-flight refuses a model folder without them before any folder is made.
     LlamaForCausalLM(LlamaConfig(max_position_embeddings=2048, hidden_size=64, intermediate_size=128,
@@ -175,7 +173,6 @@ def test_the_logs_of_every_learner_rank_and_engine_replica_are_names_a_run_folde
     """A data-parallel learner writes learner.rank1.log, ..., data-parallel engines rollout.replica1.log, ...:
     a start that failed before its first step must still be reusable under its name."""
     from fake_parts import FakeEngine, fake_served
-
     from kforge.rollout.factory import _replicas
     from kforge.runs.folder import written_by_run
     from kforge.train import learner_proc
@@ -235,7 +232,8 @@ def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(t
     assert [r.status for r in check_rag(ok) if r.check == "rag leak guard"] == ["pass"]  # the run it was built for: accepted
     other = resolve("tiny", overrides=["dataset.prompt_option=raicl", f"dataset.rag_index_path={out}",
                                        "dataset.test_fraction=0.5"]).config
-    assert [r.status for r in check_rag(other) if r.check == "rag leak guard"] == ["fail"]  # more held-out problems than the index leaves out
+    # more held-out problems than the index leaves out
+    assert [r.status for r in check_rag(other) if r.check == "rag leak guard"] == ["fail"]
 
 
 def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the_app(tmp_path, capsys):

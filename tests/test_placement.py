@@ -190,7 +190,6 @@ def test_train_dry_run_prints_the_plan_and_why_and_starts_nothing(tmp_path, monk
     from typer.testing import CliRunner
 
     from fake_parts import fake_machine
-
     from kforge.cli.app import app
     from kforge.train import placement
 

@@ -1,12 +1,10 @@
 """The README's CPU commands run as written; its problem examples exist; the extras declare what the code
 imports; `make gpu` does something once .venv exists; plain output is whole and said once; W&B resumes."""
 
-import json
 import os
 import re
 import subprocess
 import sys
-
 from io import StringIO
 from pathlib import Path
 
@@ -119,7 +117,8 @@ def test_plain_dashboard_says_placement_and_warnings_once():
 
 
 def test_library_progress_bars_are_off_when_piped():
-    code = "from kforge.ui.console import quiet_libraries; import os; quiet_libraries(); print(os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'), os.environ.get('TRANSFORMERS_VERBOSITY'))"
+    code = ("from kforge.ui.console import quiet_libraries; import os; quiet_libraries(); "
+            "print(os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'), os.environ.get('TRANSFORMERS_VERBOSITY'))")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.stdout.split() == ["1", "error"]

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from fake_parts import Clock
-
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
 from kforge.policy.runner import VerdictCache

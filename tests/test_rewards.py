@@ -6,13 +6,11 @@ import math
 
 import pytest
 
-from kforge.config.loader import resolve
+from kforge.config.loader import preset_names, resolve
 from kforge.config.schema import RewardConfig
-from kforge.evaluator.verdict import Status, Verdict
-from kforge.config.loader import preset_names
 from kforge.credit.rewards import COMPONENTS, SPEED_FLOOR, RewardOrderError, order_margin, score_turn
+from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.records import Candidate, Turn
-
 
 # A module with the whole structure the format reward asks for: ModelNew.forward launches a kernel of the file.
 KERNEL_MODULE = """import torch

@@ -132,7 +132,8 @@ def test_greedy_is_deterministic_and_stop_strings_end_the_text(smollm, backend, 
     assert first.token_ids == again.token_ids
     # Greedy log-probs are those of the raw distribution (temperature 0 counts as 1).
     raw = forward_logits(model, prompts[0], first.token_ids).log_softmax(-1)
-    assert torch.allclose(torch.tensor(first.logprobs), raw.gather(-1, torch.tensor(first.token_ids)[:, None]).squeeze(-1), atol=1e-3)
+    chosen = raw.gather(-1, torch.tensor(first.token_ids)[:, None]).squeeze(-1)
+    assert torch.allclose(torch.tensor(first.logprobs), chosen, atol=1e-3)
     assert all(raw[i].argmax().item() == t for i, t in enumerate(first.token_ids))
     # A stop string taken from the middle of the greedy text ends generation right after it appears.
     words = first.text.split()

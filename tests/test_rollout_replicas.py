@@ -14,14 +14,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fake_parts import FakeEngine, fake_machine
-from test_rollout_vllm import ENGINE, _Tok, req
 
+from fake_parts import FakeEngine, fake_machine
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.factory import _replicas
 from kforge.rollout.replicas import NoReplicaLeft, Replicas, RequestFailed
 from kforge.rollout.vllm_worker import VLLMBackend
 from kforge.train.placement import Memory, PlacementError, plan_placement
+from test_rollout_vllm import ENGINE, _Tok, req
 
 
 def routed(first: int, route: str) -> GenerationRequest:
@@ -281,9 +281,8 @@ def test_a_replica_found_dead_while_the_others_sleep_starts_at_wake_with_the_syn
 
 
 def test_a_step_whose_replica_dies_mid_rollout_is_complete_without_restarting_the_backend(tmp_path):
-    from test_trainer import make_cfg, make_trainer
-
     from fake_parts import FakeLearner, FakePool
+    from test_trainer import make_cfg, make_trainer
 
     cfg = make_cfg()
     cfg.rollout.max_staleness = 0
@@ -303,9 +302,8 @@ def test_a_request_error_of_a_live_replica_is_retried_there_and_restarts_no_engi
     """One request fails on a replica that is up: it is tried once more there, and a passing fault costs
     nothing else; a request the replica refuses again fails the step with a final error. Neither restarts
     any engine (not the whole backend: every other replica serves on; not that one: it is up)."""
-    from test_trainer import make_cfg, make_trainer
-
     from fake_parts import FakeLearner, FakePool
+    from test_trainer import make_cfg, make_trainer
 
     cfg = make_cfg()
     cfg.rollout.max_staleness = 0
@@ -330,11 +328,10 @@ def test_colocated_a_replica_restarting_is_waited_for_before_the_learner_step(tm
     the background while the step goes on; its vLLM start (which sizes the engine from the GPU's free memory)
     must not run while the learner rank on that GPU trains: the learner's step waits for the whole restart,
     and then every replica sleeps through it."""
-    from test_trainer import Serial, _one_sample, make_cfg, make_trainer
-
     from fake_parts import FakePool
     from kforge.train.placement import Plan
     from kforge.train.trainer import StepTimes
+    from test_trainer import Serial, _one_sample, make_cfg, make_trainer
 
     gate, spans, fresh = threading.Event(), [], Replica()
 
@@ -362,7 +359,7 @@ def test_colocated_a_replica_restarting_is_waited_for_before_the_learner_step(tm
         return rollouts
 
     assert len(asyncio.run(main()).trajectories) == 8
-    ((start0, start1),), ((train0, train1),) = spans, learner.spans
+    ((_, start1),), ((train0, _),) = spans, learner.spans  # one span each
     assert start1 <= train0  # the restart was over before the learner's step began
     assert backend.state == ["live", "live"] and fresh.events == ["load v3", "sleep", "wake"]
     trainer.parts.close()

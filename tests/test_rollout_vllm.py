@@ -15,8 +15,8 @@ import os
 import time
 
 import pytest
-from fake_parts import FakeEngine, fake_machine
 
+from fake_parts import FakeEngine, fake_machine
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from kforge.runs.folder import RunFolder, find_run, list_runs, read_jsonl
+from kforge.runs.folder import RunFolder, find_run
 from kforge.space import atomic_write_text
 
 

@@ -105,11 +105,11 @@ def test_stop_logs_watch_on_a_real_training_run(tmp_path):
     assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == step
 
     # The checkpoint loads back into kforge's learner (the resume path).
-    from kforge.learner.learner import Learner
-    from kforge.ops.export import load_run_config
-
     from peft import get_peft_model_state_dict
     from safetensors.torch import load_file
+
+    from kforge.learner.learner import Learner
+    from kforge.ops.export import load_run_config
 
     learner = Learner(load_run_config(run), device="cpu")
     learner.load_checkpoint(ckpt / "learner")

@@ -40,7 +40,8 @@ def test_torn_metrics_line_is_dropped_with_a_copy_and_appends_stay_whole(tmp_pat
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2, "rew')
     append_jsonl(path, {"step": 2})  # even before any repair, the new record is a line of its own
-    assert [json.loads(x)["step"] for x in path.read_text().splitlines() if x.startswith('{"step": ') and x.endswith("}")] == [1, 2]
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines if x.startswith('{"step": ') and x.endswith("}")] == [1, 2]
     path.write_text('{"step": 1}\n{"step": 2, "rew')
     assert drop_torn_line(path) == f"{path}.torn"
     assert path.read_text() == '{"step": 1}\n' and (tmp_path / "metrics.jsonl.torn").read_text() == '{"step": 2, "rew\n'

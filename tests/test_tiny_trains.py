@@ -9,13 +9,13 @@ import math
 
 import pytest
 import torch
-from test_learner import VOCAB, tiny_model
 
 from kforge.config.loader import resolve
 from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.rewards import score_trajectories
 from kforge.learner.learner import Learner
 from kforge.policy.records import Candidate, Trajectory, Turn
+from test_learner import VOCAB, tiny_model
 from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
 
 

@@ -155,11 +155,10 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     import asyncio
 
     from fake_parts import DeadEngine
-
     from kforge.config.loader import resolve, to_yaml
-    from kforge.policy.runner import EpisodeRunner
     from kforge.evaluator import EvalPool
     from kforge.learner.learner import Learner
+    from kforge.policy.runner import EpisodeRunner
     from kforge.problems import builtin_problems
     from kforge.rollout.base import BackendError
     from kforge.rollout.hf import HFBackend

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_parts import DeadEngine, FakeBuilder, FakeEngine, FakeLearner, FakePool
 
-from kforge.config.schema import KforgeConfig
+from fake_parts import DeadEngine, FakeBuilder, FakeEngine, FakeLearner, FakePool
 from kforge.config.loader import to_yaml
+from kforge.config.schema import KforgeConfig
 from kforge.policy.runner import EpisodeRunner, VerdictCache
 from kforge.problems import builtin_problems
 from kforge.rollout.base import BackendError
@@ -244,11 +244,11 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
     """A learner state that passes the format checks (a whole zip) but is not plain data: resume names it,
     does not unpickle it, and continues from the checkpoint before; when none loads, set-up fails in one line."""
     import torch
-    from test_learner import _Planted, tiny_cfg, tiny_model
 
     from kforge.learner.checkpoint import STATE_FILE
     from kforge.learner.learner import Learner
     from kforge.train.build import SetupError, restore_newest
+    from test_learner import _Planted, tiny_cfg, tiny_model
 
     cfg = tiny_cfg()
     cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False

@@ -8,8 +8,7 @@ from typing import Optional
 
 import typer
 
-from kforge.cli import check, config_cmd, eval_cmd, problems, rag, runs, train
-from kforge.cli import doctor, export, sft
+from kforge.cli import check, config_cmd, doctor, eval_cmd, export, problems, rag, runs, sft, train
 from kforge.cli.common import Command, Commands
 
 app = typer.Typer(

@@ -89,7 +89,8 @@ def check(
     source: str = typer.Option("builtin", "--source", "-s", help="where problems come from (see `kforge problems ls`)"),
     backend: str = typer.Option("triton", "--backend", "-b", help=" | ".join(KERNEL_BACKENDS)),
     as_json: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
-    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here (with --json and a candidate: under the verdict's \"sandbox\" key)"),
+    explain_sandbox: bool = typer.Option(False, "--explain-sandbox", help="show which protections are active here "
+                                         "(with --json and a candidate: under the verdict's \"sandbox\" key)"),
     trials: Optional[int] = typer.Option(None, "--trials", help="correctness trials (default from the config)"),
     no_time: bool = typer.Option(False, "--no-time", help="skip timing even on a GPU"),
     cpu: bool = typer.Option(False, "--cpu", help="evaluate on the CPU (Triton interpreter) even with a GPU"),

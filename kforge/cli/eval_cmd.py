@@ -58,8 +58,10 @@ def evaluate(
                                            "(not needed with --candidates); or `compare` followed by two results files"),
     extra: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. rollout.max_tokens=2048"),
     level: Optional[list[int]] = typer.Option(None, "--level", "-l", help="KernelBench level (repeatable); = dataset.level"),
-    problems: Optional[str] = typer.Option(None, "--problems", help="problem id range, e.g. 1-20; = dataset.start_problem/end_problem"),
-    source: Optional[str] = typer.Option(None, "--source", help="builtin | kernelbench | hf | path to .jsonl or checkout; = dataset.source"),
+    problems: Optional[str] = typer.Option(None, "--problems",
+                                           help="problem id range, e.g. 1-20; = dataset.start_problem/end_problem"),
+    source: Optional[str] = typer.Option(None, "--source",
+                                         help="builtin | kernelbench | hf | path to .jsonl or checkout; = dataset.source"),
     split: Optional[str] = typer.Option(
         None, "--split", help="test (problems the run did not train on; default for a run) | train | all "
         "(default for a model); the split is the run's, or the preset's for a model"),

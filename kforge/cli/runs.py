@@ -300,7 +300,11 @@ def tb(
     import subprocess
 
     from kforge.ops.run_control import (
-        TENSORBOARD_MISSING, RunControlError, free_port, tensorboard_command, tensorboard_installed,
+        TENSORBOARD_MISSING,
+        RunControlError,
+        free_port,
+        tensorboard_command,
+        tensorboard_installed,
         tensorboard_logdirs,
     )
 

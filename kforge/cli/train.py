@@ -27,7 +27,8 @@ def train(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="placement, e.g. 'rollout=0 learner=1 eval=2,3'"),
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders live (log.runs_dir)"),
     plain: bool = typer.Option(False, "--plain", help="plain status lines even on a terminal"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="run the pre-flight, print the GPU plan and why, then exit (nothing is started)"),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="run the pre-flight, print the GPU plan and why, then exit (nothing is started)"),
     allow_cpu: bool = typer.Option(False, "--allow-cpu", help="start a config that wants a GPU on a machine without "
                                    "one (placement.allow_cpu=true): nothing is timed, a 7B model takes days"),
 ) -> None:

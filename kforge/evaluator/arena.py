@@ -118,7 +118,8 @@ class Arena:
             offset, nbytes = int(slot[0]), int(slot[1])
             if offset < 0 or offset + nbytes > self.size:
                 raise ArenaError("a slot outside the arena")
-            raw = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else torch.empty(0, dtype=torch.uint8)
+            raw = (torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes
+                   else torch.empty(0, dtype=torch.uint8))
             t = raw.view(dtype_of(m[1])).reshape([int(d) for d in m[0]])
             pos = None if isinstance(where, str) and where == ALL else where[i]
             out.append(t.clone() if pos is None else t.reshape(-1)[pos].clone())

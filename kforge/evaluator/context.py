@@ -14,7 +14,6 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import CgroupFactory, Child, Slot
 
-
 _SALT_LOCK = threading.Lock()
 
 

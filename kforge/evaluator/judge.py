@@ -37,7 +37,7 @@ def judge_trials(trials: list[tuple[int, bool]], answers: list[Any], expected: l
     or at the same positions for large outputs). An answer given as a string failed before its
     values were asked (wrong count, shape or dtype): the string says why."""
     f = TrialFindings(total=len(trials))
-    for i, ((seed, signed), got, want) in enumerate(zip(trials, answers, expected)):
+    for i, ((_seed, signed), got, want) in enumerate(zip(trials, answers, expected)):
         res = TrialResult(False, got) if isinstance(got, str) else compare_outputs(got, want, cfg, scale_atol=signed)
         f.passed += res.passed
         f.max_abs, f.max_rel = max(f.max_abs, res.max_abs), max(f.max_rel, res.max_rel)

@@ -9,8 +9,18 @@ from functools import lru_cache
 
 from kforge.evaluator.confine import landlock_abi, seccomp_available
 from kforge.evaluator.mounts import make_private, private_proc
-from kforge.evaluator.sandbox import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, CLONE_NEWUTS,
-                                      cgroup2_root, child_ids, enter_namespaces, enter_private_namespaces)
+from kforge.evaluator.sandbox import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    cgroup2_root,
+    child_ids,
+    enter_namespaces,
+    enter_private_namespaces,
+)
 
 
 @dataclass

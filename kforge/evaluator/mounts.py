@@ -35,7 +35,9 @@ class _MountAttr(ctypes.Structure):
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> bool:
-    enc = (lambda s: s.encode() if s is not None else None)
+    def enc(s: str | None) -> bytes | None:
+        return s.encode() if s is not None else None
+
     return _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) == 0
 
 

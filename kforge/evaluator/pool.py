@@ -24,8 +24,8 @@ from typing import Any
 from kforge import gpus
 from kforge.config.paths import cache_root
 from kforge.config.schema import EvaluatorConfig
-from kforge.evaluator import protocol as P
 from kforge.evaluator import layers, sandbox
+from kforge.evaluator import protocol as P
 from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Slot, Zygote
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.examine import Examination

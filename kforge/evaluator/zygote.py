@@ -213,27 +213,27 @@ def serve(ctrl: socket.socket) -> None:
 
 def _preload() -> None:
     """Everything a child would import anyway, so each fork starts warm."""
-    import numpy  # noqa: F401
-    import torch  # noqa: F401
-    import torch.nn.functional  # noqa: F401
+    import numpy  # noqa: F401 (preloaded for the children)
+    import torch  # noqa: F401 (preloaded for the children)
+    import torch.nn.functional  # noqa: F401 (preloaded for the children)
 
     try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
+        import triton  # noqa: F401 (preloaded for the children)
+        import triton.language  # noqa: F401 (preloaded for the children)
     except ImportError:
         pass
     # Children cannot read kforge's own folder (it holds the built-in solutions): everything they run
     # of kforge is imported here, before the fork.
-    import kforge.evaluator.arena_writer  # noqa: F401
-    import kforge.evaluator.confine  # noqa: F401
-    import kforge.evaluator.coverage  # noqa: F401
-    import kforge.evaluator.guard  # noqa: F401
-    import kforge.evaluator.harness  # noqa: F401
-    import kforge.evaluator.loop  # noqa: F401
-    import kforge.evaluator.mounts  # noqa: F401
-    import kforge.evaluator.protocol  # noqa: F401
-    import kforge.evaluator.sandbox  # noqa: F401
-    import kforge.evaluator.wire  # noqa: F401
+    import kforge.evaluator.arena_writer  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.confine  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.coverage  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.guard  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.harness  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.loop  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.mounts  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.protocol  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.sandbox  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.wire  # noqa: F401 (preloaded for the children)
 
 
 def main() -> None:

@@ -274,7 +274,7 @@ class Learner:
         loss = aggregate(tl.loss, keep, mode, **totals)
         if lc.entropy_coef > 0:
             loss = loss - lc.entropy_coef * aggregate(entropy, keep, mode, **totals)
-        grads = list(torch.autograd.grad(loss, self.params, allow_unused=True)) if loss.requires_grad else [None] * len(self.params)
+        grads = [*torch.autograd.grad(loss, self.params, allow_unused=True)] if loss.requires_grad else [None] * len(self.params)
         loss_value = float(loss.detach().item())
 
         def record(sums: Sums, stats: dict[str, float]) -> None:
@@ -284,9 +284,9 @@ class Learner:
             sums.add("entropy", entropy, mask)
             sums.add("clipped", tl.clipped.float(), mask)
             sums.count("mismatch_rejected", float(rejected.sum().item()))
-            is_mask = mask & batch.has_rollout
+            is_mask, truncated_is = mask & batch.has_rollout, loss_rule(lc.loss_fn).surrogate == "truncated_is"
             sums.count("_is_tokens", float(is_mask.sum().item()))
-            sums.add("is_ratio", tl.ratio if loss_rule(lc.loss_fn).surrogate == "truncated_is" else torch.exp(old_lp - rollout), is_mask)
+            sums.add("is_ratio", tl.ratio if truncated_is else torch.exp(old_lp - rollout), is_mask)
             sums.add("is_clipped", tl.is_clipped.float(), is_mask)
             sums.add("logp_diff", (old_lp - rollout).abs(), is_mask)
 

@@ -19,14 +19,23 @@ from kforge.gpus import Gpu, query_gpus, visible_records  # noqa: F401 (Gpu re-e
 from kforge.kernel_backends import KERNEL_BACKENDS
 from kforge.ops.doctor_base import GIB, CheckResult, Status, can_start, gpu_reasons  # noqa: F401 (re-exported)
 from kforge.ops.doctor_data import (  # noqa: F401 (re-exported)
-    check_disk, check_model, check_problems, check_rag, hub_cached, hub_head,
+    check_disk,
+    check_model,
+    check_problems,
+    check_rag,
+    hub_cached,
+    hub_head,
+)
+from kforge.ops.doctor_runtime import (  # noqa: F401 (re-exported)
+    TritonProbe,
+    _nvcc_path,
+    check_cuda_toolchain,
+    check_sandbox,
+    check_triton_and_torch,
+    nvcc_release,
 )
 from kforge.ops.preflight import check_gpus, check_wandb, preflight  # noqa: F401 (re-exported)
-from kforge.ops.doctor_runtime import (  # noqa: F401 (re-exported)
-    TritonProbe, _nvcc_path, check_cuda_toolchain, check_sandbox, check_triton_and_torch, nvcc_release,
-)
 from kforge.policy.prompts import PROMPT_OPTIONS
-
 
 # ------------------------------------------------------------------------------------------- packages
 

@@ -64,7 +64,8 @@ def check_model(cfg: KforgeConfig, hub_timeout_s: float = 5.0) -> list[CheckResu
         if ref.gguf_file:
             gguf = folder / ref.gguf_file
             if not gguf.is_file():
-                return [CheckResult("model", "fail", f"{name}: no GGUF file {gguf}", "set model.gguf_file to a file in the folder")]
+                return [CheckResult("model", "fail", f"{name}: no GGUF file {gguf}",
+                                    "set model.gguf_file to a file in the folder")]
             cached = any((cache_root() / "models").glob(f"{gguf.stem}-*/config.json"))
             rows.append(CheckResult("model", "pass", f"{name}: {gguf} ({gguf.stat().st_size / 2**20:.0f} MiB GGUF; "
                                     + ("dense copy cached" if cached else "first run converts it to a dense copy, ~15 s")
@@ -264,7 +265,8 @@ def check_disk(runs_dir: Path, fail_below_gib: float = 1.0, warn_below_gib: floa
     free = shutil.disk_usage(where).free / GIB  # whether it can be written is the pre-flight's folder row
     detail = f"{free:.1f} GiB free at {where} (runs go to {runs_dir})"
     if free < fail_below_gib:
-        return [CheckResult("disk", "fail", detail, f"free space or choose another log.runs_dir (needs >= {fail_below_gib:g} GiB)")]
+        return [CheckResult("disk", "fail", detail,
+                            f"free space or choose another log.runs_dir (needs >= {fail_below_gib:g} GiB)")]
     if free < warn_below_gib:
         return [CheckResult("disk", "warn", detail, f"checkpoints and merged exports of big models need more than "
                             f"{warn_below_gib:g} GiB; free space or choose another log.runs_dir")]

@@ -8,7 +8,8 @@ this module imports no other problem module (KernelBench's locator builds on it)
 - ``hf`` (or ``hf:<dataset>``): the ``ScalingIntelligence/KernelBench`` dataset, through the optional
   ``datasets`` package and the internet;
 - a path: a ``.jsonl`` file of ``{level, problem_id, name, code}`` rows (optionally ``solution``, and
-  ``split``: train or test, which then decides the train/test split instead of ``dataset.test_fraction``), or a KernelBench checkout folder
+  ``split``: train or test, which then decides the train/test split instead of ``dataset.test_fraction``), or a
+  KernelBench checkout folder
   (``<root>/KernelBench/levelN/*.py`` or ``<root>/levelN/*.py``);
 - the prefixed forms that `Problem.source` records (``jsonl:<path>``, ``kernelbench:<root>``), so a
   problem's source string loads it again.

@@ -20,8 +20,8 @@ from kforge.rag.corpus import (
 from kforge.rag.embed import Embedder, Progress
 from kforge.rag.errors import RagError
 from kforge.rag.index import index_type, make_index, save_index
-from kforge.rag.manifest import FORMAT_VERSION
 from kforge.rag.leak import DEFAULT_LEAK_THRESHOLD, LeakGuard, LeakReport
+from kforge.rag.manifest import FORMAT_VERSION
 from kforge.rag.text import embedding_text
 
 log = logging.getLogger("kforge.rag")

@@ -245,7 +245,7 @@ def _corpus_from_rows(spec: str, default_source: str, rows: Iterable[tuple[str, 
     # Sakana-style rows: (task) -> (speedup, index into entries); only the fastest correct kernel stays.
     best_of_task: dict[tuple[Any, Any], tuple[float, int]] = {}
     n = 0
-    for where, row in rows:
+    for _where, row in rows:
         n += 1
         reason, entry = _entry_from_row(row, default_source)
         if entry is None:

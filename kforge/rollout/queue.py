@@ -36,7 +36,9 @@ class GenerationQueue:
             batch, self._waiting = self._waiting, []
             self.batches.append(len(batch))
 
-            def done(i: int, completion: Completion) -> None:
+            # `batch` bound now: a completion reported late (after this call ended or raised) must reach
+            # its own trajectory, not the one at its index in the next batch.
+            def done(i: int, completion: Completion, batch: list = batch) -> None:
                 if not batch[i][1].done():
                     batch[i][1].set_result(completion)
 

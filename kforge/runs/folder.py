@@ -17,14 +17,30 @@ from typing import Any, Iterator
 
 import psutil
 
-from kforge.runs.checkpoints import (CHECKPOINTS_DIR, CKPT_PREFIX, LEARNER_DIR, TRAINER_STATE,  # noqa: F401
-                                     checkpoint_damage, checkpoint_step, read_trainer_state)
 from kforge.errors import UserError
+from kforge.runs.checkpoints import (  # noqa: F401
+    CHECKPOINTS_DIR,
+    CKPT_PREFIX,
+    LEARNER_DIR,
+    TRAINER_STATE,
+    checkpoint_damage,
+    checkpoint_step,
+    read_trainer_state,
+)
+from kforge.runs.layout import (  # noqa: F401
+    ADAPTERS_DIR,
+    CHECKPOINTS_FILE,
+    CONFIG_FILE,
+    CONFIG_HISTORY_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    RUN_ENTRIES,
+    SAMPLES_DIR,
+    STATUS_FILE,
+    STOP_FILE,
+    written_by_run,
+)
 from kforge.space import atomic_write_text, check_writable, refused_write
-
-from kforge.runs.layout import (ADAPTERS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, CONFIG_HISTORY_FILE,  # noqa: F401
-                                LOG_FILE, METRICS_FILE, RUN_ENTRIES, SAMPLES_DIR, STATUS_FILE, STOP_FILE,
-                                written_by_run)
 
 
 class RunNotFound(UserError, FileNotFoundError):

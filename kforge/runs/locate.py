@@ -8,8 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kforge.errors import UserError
-from kforge.runs.checkpoints import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, ADAPTER_WEIGHTS_BIN, CHECKPOINTS_DIR,
-                                     CKPT_PREFIX, checkpoint_damage, checkpoint_step)
+from kforge.runs.checkpoints import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ADAPTER_WEIGHTS_BIN,
+    CHECKPOINTS_DIR,
+    CKPT_PREFIX,
+    checkpoint_damage,
+    checkpoint_step,
+)
 from kforge.runs.folder import CONFIG_FILE, STATUS_FILE, RunFolder, find_run
 
 if TYPE_CHECKING:

@@ -79,12 +79,11 @@ def planned_steps(cfg: KforgeConfig, train_set: list | None = None) -> int:
 def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
                 say: Callable[[str], None] = log.info) -> Parts:
     from kforge.evaluator import EvalPool
+    from kforge.evaluator.contention import GpuActivity
     from kforge.policy.runner import EpisodeRunner
     from kforge.rag import retriever_for
     from kforge.rollout.base import sampling_from_config
     from kforge.rollout.factory import choose_backend, make_backend
-
-    from kforge.evaluator.contention import GpuActivity
 
     activity = GpuActivity()  # the learner's steps and the engine's calls, for the pool's timed runs
     # The profiled share of GPU time costs a profiler start-up per candidate: measured for all only when used.

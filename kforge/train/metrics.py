@@ -82,7 +82,8 @@ def level_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> dic
             continue
         out[f"level{level}/reward/mean"] = statistics.fmean(t.score for t in turns)
         out[f"level{level}/rate/correct"] = sum(1 for t in turns if t.verdict is not None and t.verdict.correct) / len(turns)
-        out[f"level{level}/rate/compiled"] = sum(1 for t in turns if t.verdict is not None and t.verdict.status.compiled) / len(turns)
+        out[f"level{level}/rate/compiled"] = (sum(1 for t in turns if t.verdict is not None and t.verdict.status.compiled)
+                                              / len(turns))
     return out
 
 

@@ -40,9 +40,7 @@ every machine size is tested on a CPU. Its rules, for n GPUs:
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field, replace
-
 from typing import Any
 
 from kforge.errors import UserError

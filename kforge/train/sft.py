@@ -256,7 +256,7 @@ def run_sft(cfg: KforgeConfig, train: list[Pair], heldout: list[Pair], out: Path
             losses.append((metrics["loss"], len(batch)))
             done += 1
             on_progress(f"epoch {epoch}/{epochs}", done, steps)
-        row = {"epoch": float(epoch), "train_loss": sum(l * n for l, n in losses) / sum(n for _, n in losses),
+        row = {"epoch": float(epoch), "train_loss": sum(loss * n for loss, n in losses) / sum(n for _, n in losses),
                "seconds": time.time() - t0}
         if heldout_samples:
             row["heldout_loss"] = mean_nll(learner, heldout_samples)

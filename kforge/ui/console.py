@@ -45,8 +45,14 @@ err_console = _console(stderr=True)
 def progress_bar(remaining: bool = False, transient: bool = False) -> Any:
     """A command's Rich progress: what it does, a bar, done/total and the time taken (and left, with
     `remaining`); drawn on a terminal only (off one, the commands print plain progress lines of their own)."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     columns = [TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     if remaining:

@@ -9,7 +9,8 @@ it was flagged `timing_inconsistent` (3 % of honest kernels on an H200 beside a 
 disagrees with its twin call by call (judge.recheck_timing). Each pair's inputs are fresh and the candidate's
 outputs are compared with its twin's at positions nobody else knows: the re-measured calls are checked like
 every other timed call, their launch evidence included (a pause while the twin starts tells the candidate it
-is re-measured: outputs PyTorch finished only then are judged as in any call, timing_stage._recheck). A twin that cannot run (out of memory beside a big candidate) changes nothing.
+is re-measured: outputs PyTorch finished only then are judged as in any call, timing_stage._recheck). A twin
+that cannot run (out of memory beside a big candidate) changes nothing.
 """
 
 from __future__ import annotations

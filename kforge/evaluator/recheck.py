@@ -22,11 +22,10 @@ import torch
 
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
-from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import Clock, sample_positions
-from kforge.evaluator.reference import TRUSTED_BOUND, fresh_seeds
+from kforge.evaluator.reference import await_ready, fresh_seeds, start_reference
 
 GPU_PAIRS, CPU_PAIRS = 16, 5  # enough calls for a median that one delayed call cannot move
 
@@ -47,12 +46,9 @@ class Twin:
 
     def __init__(self, ctx: PoolContext, slot: Slot, problem_code: str, init_seed: int, arena_bytes: int,
                  warmup: int) -> None:
-        job = {"problem_code": problem_code, "init_seed": init_seed, "device": slot.device, "warm_triton": slot.on_gpu}
-        self.child: Child = ctx.child(slot, "reference", job, arena=Arena())
+        self.child: Child = start_reference(ctx, slot, problem_code, init_seed)
         try:
-            deadline = time.monotonic() + ctx.cfg.compile_timeout_s
-            self.child.ask(None, "sandbox", deadline)
-            drive.ask(self.child, None, P.READY, deadline, TRUSTED_BOUND)
+            await_ready(self.child, ctx.cfg.compile_timeout_s)
             assert self.child.arena is not None
             self.child.arena.grow(arena_bytes)
             deadline = time.monotonic() + ctx.cfg.run_timeout_s

@@ -39,7 +39,7 @@ import torch
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
 from kforge.evaluator.arena import Arena, layout
-from kforge.evaluator.children import ProtocolViolation, Slot
+from kforge.evaluator.children import Child, ProtocolViolation, Slot
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.feedback import clean_error
 from kforge.evaluator.judge import Clock, compare_positions, meta_bytes, sample_positions
@@ -191,20 +191,16 @@ class ReferenceCache:
         decoy_seed = fresh_seeds(1)[0]
         if init_seed is None:  # the weights: the same for every draw (candidates are given them)
             init_seed = _seeds(self.ctx.salt(), key, "init", 1)[0]
-        job = {"problem_code": problem.code, "init_seed": init_seed, "device": slot.device,
-               "warm_triton": slot.on_gpu}
         # The GPU's gate (gate.py): the start-up (the child begins it at fork, unasked), the trials and a
         # draw's calls share it with the pool's other GPU work; the timed calls below have it alone, so
         # the shared hold ends before they ask.
         with contextlib.ExitStack() as setting_up:
             setting_up.enter_context(slot.gpu_work())
-            child = self.ctx.child(slot, "reference", job, arena=Arena())
+            child = start_reference(self.ctx, slot, problem.code, init_seed)
             shared = setting_up.pop_all()
         failed = Reference([], [], {}, [], [], [])
         try:
-            deadline = time.monotonic() + cfg.compile_timeout_s
-            child.ask(None, "sandbox", deadline)
-            ready = drive.ask(child, None, P.READY, deadline, TRUSTED_BOUND)
+            ready = await_ready(child, cfg.compile_timeout_s)
             deadline = time.monotonic() + cfg.run_timeout_s
             # A first run tells the outputs' shapes, hence the arena's layout; nothing is read from it.
             probe, _ = drive.trial(child, -1, trial_seeds[0], False, None, None, P.ALL, deadline)
@@ -291,6 +287,20 @@ class ReferenceCache:
             shared.close()
             child.close()
         return failed
+
+
+def start_reference(ctx: PoolContext, slot: Slot, problem_code: str, init_seed: int) -> Child:
+    """A trusted child that runs the problem's Model (weights from `init_seed`) on the slot's device, forked
+    with an arena of its own (grown once the outputs' layout is known)."""
+    job = {"problem_code": problem_code, "init_seed": init_seed, "device": slot.device, "warm_triton": slot.on_gpu}
+    return ctx.child(slot, "reference", job, arena=Arena())
+
+
+def await_ready(child: Child, budget_s: float) -> dict[str, Any]:
+    """A trusted child's sandbox report and READY (its weights and device), within `budget_s`."""
+    deadline = time.monotonic() + budget_s
+    child.ask(None, "sandbox", deadline)
+    return drive.ask(child, None, P.READY, deadline, TRUSTED_BOUND)
 
 
 def trial_order(ref: Reference, rng: random.Random) -> list[int]:

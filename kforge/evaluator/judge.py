@@ -86,11 +86,15 @@ def timed_evidence_flags(answers: list[dict[str, Any]]) -> list[str]:
 EPILOGUE_MIN_SHARE = 0.5
 
 
+def finished_by_pytorch(evidence: list[dict[str, Any]]) -> bool:
+    """Whether any call's evidence shows a small output PyTorch made from its kernels' results (EPILOGUE_RATIO)."""
+    return any(int(ev.get("outputs_finished", 0) or 0) > 0 for ev in evidence)
+
+
 def finished_elsewhere_flags(evidence: list[dict[str, Any]], coverage: float | None, on_gpu: bool) -> list[str]:
     """`output_not_from_kernel` for a candidate whose small outputs PyTorch made (in any call's evidence) while
     its own kernels did less than EPILOGUE_MIN_SHARE of the GPU time, or no share was measured on a GPU."""
-    finished = any(int(ev.get("outputs_finished", 0) or 0) > 0 for ev in evidence)
-    if not (finished and on_gpu):
+    if not (finished_by_pytorch(evidence) and on_gpu):
         return []
     return ["output_not_from_kernel"] if coverage is None or coverage < EPILOGUE_MIN_SHARE else []
 
@@ -279,6 +283,19 @@ class TimingCheck:
     clamped: bool = False  # the figure is the parent's floor, not the report
 
 
+def _no_report(reported: list[float], beside: list[list[float]]) -> TimingCheck | None:
+    """Unless every call has a finite, positive report and every list beside it one entry per call: no report."""
+    n = len(reported)
+    if n and all(len(x) == n for x in beside) and all(math.isfinite(x) and x > 0.0 for x in reported):
+        return None
+    return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
+
+
+def _allowance(cfg: EvaluatorConfig, on_gpu: bool) -> tuple[float, float]:
+    """(ratio, slack in ms) of the timing rules: the config's on a GPU, only gross disagreement on a CPU."""
+    return (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+
+
 def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gpu: bool = True,
                  checked: list[bool] | None = None) -> TimingCheck:
     """The mean of the reported times, compared with the parent's clock and raised to what that clock allows.
@@ -298,9 +315,9 @@ def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gp
       most `ratio` over what the parent's clock saw however small the kernel; an honest report is the
       figure unless it claims more than the clock can confirm."""
     rep = candidate.reported_ms
-    if not rep or len(candidate.wall_ms) != len(rep) or any(not math.isfinite(x) or x <= 0.0 for x in rep):
-        return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
-    ratio, base = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+    if (bad := _no_report(rep, [candidate.wall_ms])) is not None:
+        return bad
+    ratio, base = _allowance(cfg, on_gpu)
     if checked is not None and len(checked) == len(rep) and any(checked):
         candidate = candidate.of(checked)
     split = candidate.after_ms is not None and reference.after_ms is not None
@@ -323,26 +340,21 @@ def check_timing(candidate: Clock, reference: Clock, cfg: EvaluatorConfig, on_gp
 
 
 def recheck_timing(candidate: Clock, twin: Clock, cfg: EvaluatorConfig, on_gpu: bool = True) -> TimingCheck:
-    """check_timing's rules on paired calls (recheck.py): call i of the candidate and call i of a trusted
-    twin ran on the same inputs one right after the other, so each pair saw the same load. Medians of the
-    per-pair figures replace the least over calls: a quiet moment that gave one side its least call gave
-    the other side a quiet call too, and one delayed pair cannot move a median.
+    """check_timing's rules on paired calls (recheck.py): call i of the candidate and of a trusted twin ran on
+    the same inputs one right after the other, so each pair saw the same load. Medians of the per-pair figures
+    replace the least over calls: one delayed pair cannot move a median.
 
     - Flag when the median over pairs of the candidate's window less the twin's set-up (its window less
       its report) exceeds `ratio` x the report's smaller of mean and median + slack, or when the median
       over pairs of the candidate's time after its window less the twin's exceeds the slack: work after
-      the window. Slack: `timing_slack_ms` + SLACK_SHARE x the twin's median set-up. On a CPU the first
-      check scales the reference's time after the window by the ratio (its load was another moment's);
-      a pair shares its moment, so no scale is needed here.
-    - Figure: the mean report, never below the twin's mean report x the median ratio of the pairs' walls
-      over `ratio`."""
+      the window. Slack: `timing_slack_ms` + SLACK_SHARE x the twin's median set-up; unlike the first check
+      on a CPU, the twin's time after the window is not scaled by the ratio (a pair shares its load).
+    - Figure: the mean report, never below the twin's mean report x the pairs' median wall ratio / `ratio`."""
     rep = candidate.reported_ms
-    n = len(rep)
-    sides_whole = all(len(x) == n for x in (candidate.wall_ms, candidate.window_ms, twin.wall_ms, twin.window_ms,
-                                             twin.reported_ms))
-    if not n or not sides_whole or any(not math.isfinite(x) or x <= 0.0 for x in rep):
-        return TimingCheck(None, False, "the reported times must be finite and positive, one per timed call")
-    ratio, base = (cfg.timing_ratio, cfg.timing_slack_ms) if on_gpu else (CPU_RATIO, CPU_SLACK_MS)
+    if (bad := _no_report(rep, [candidate.wall_ms, candidate.window_ms, twin.wall_ms, twin.window_ms,
+                                 twin.reported_ms])) is not None:
+        return bad
+    ratio, base = _allowance(cfg, on_gpu)
     setup = [w - r for w, r in zip(twin.window_ms, twin.reported_ms)]
     slack = base + SLACK_SHARE * max(statistics.median(setup), 0.0)
     parent = max(0.0, statistics.median(c - s for c, s in zip(candidate.window_ms, setup)))
@@ -357,7 +369,7 @@ def recheck_timing(candidate: Clock, twin: Clock, cfg: EvaluatorConfig, on_gpu: 
         consistent = False
         reason = (f"{after:.4g} ms per call more than the reference from the window's end to the outputs read, "
                   f"paired call by call: work after the window")
-    walls = statistics.median(c / t for c, t in zip(candidate.wall_ms, twin.wall_ms) if t > 0.0) if min(twin.wall_ms) > 0 else 0.0
+    walls = statistics.median(c / t for c, t in zip(candidate.wall_ms, twin.wall_ms)) if min(twin.wall_ms) > 0 else 0.0
     floor = statistics.fmean(twin.reported_ms) * walls / ratio
     return TimingCheck(max(mean_rep, floor), consistent, reason, clamped=floor > mean_rep)
 

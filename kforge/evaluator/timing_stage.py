@@ -21,6 +21,7 @@ from kforge.evaluator.judge import (
     TimingCheck,
     check_samples,
     check_timing,
+    finished_by_pytorch,
     finished_elsewhere_flags,
     parent_ms_per_call,
     recheck_timing,
@@ -40,6 +41,11 @@ def wants_profile(v: Verdict, every: bool = True, finished: bool = False) -> boo
     `finished` in its trials, where the judge's own rule needs the share."""
     return (v.status is Status.CORRECT and v.timing_meaningful and "failed_when_timed" not in v.flags
             and (every or finished))
+
+
+def _share(reported: Any) -> float | None:
+    """A profiled call's share of GPU time as the child reported it: a number in [0, 1], else not measured."""
+    return float(reported) if isinstance(reported, (int, float)) and 0.0 <= reported <= 1.0 else None
 
 
 class TimingStage:
@@ -91,8 +97,7 @@ class TimingStage:
         order = order[:len(got)]  # the calls made
         if profile_at is not None:
             self.profiled = True
-            cov = answers[profile_at].get("coverage")
-            self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
+            self.v.coverage = _share(answers[profile_at].get("coverage"))
         # Outputs PyTorch finished, in the trials or in any timed call (a candidate may change course once timed)
         calls = self.trial_evidence + [dict(a.get("evidence") or {}) for a in answers]
         if flags := finished_elsewhere_flags(calls, self.v.coverage, self.slot.on_gpu):
@@ -164,8 +169,7 @@ class TimingStage:
         return second, mine
 
     def _wants_profile(self) -> bool:
-        finished = any(int(ev.get("outputs_finished", 0) or 0) > 0 for ev in self.trial_evidence)
-        return wants_profile(self.v, self.cfg.coverage, finished)
+        return wants_profile(self.v, self.cfg.coverage, finished_by_pytorch(self.trial_evidence))
 
     def _profile(self) -> None:
         """GPU-time coverage of one call, for a correct candidate whose timed calls did not measure it (a
@@ -178,5 +182,4 @@ class TimingStage:
         # A fresh seed: nothing the candidate saw (construction included) tells it this call is profiled.
         prof = drive.ask(self.child, {"op": P.OP_PROFILE, "seed": fresh_seeds(1)[0]}, P.PROFILE, deadline)
         self.durations["profile_s"] = time.monotonic() - t0
-        cov = prof.get("coverage")
-        self.v.coverage = float(cov) if isinstance(cov, (int, float)) and 0.0 <= cov <= 1.0 else None
+        self.v.coverage = _share(prof.get("coverage"))

@@ -20,8 +20,11 @@
 #   only        the corpus rows of the files in ONLY (e.g. ONLY=skewed_timing.py): a second look at one case
 #   latency     bench/judge_latency.py: small kernels one at a time (the breakdown) and 16 workers (checks/min),
 #               the checkout in .evalcarry/base (before) and this one (after), one after the other
+#               (SIDES=this: only this checkout)
 #   load        the honest small kernels, KernelBench candidates and built-in solutions judged 3 times beside
-#               a busy pool and a CPU spinner (flags counted), then ONLY's attacks beside the same load
+#               a busy pool and a CPU spinner (flags counted)
+#   loadattacks the corpus rows of ATTACKS (default: the deferral attacks and round 5's holes) judged while a
+#               busy pool and a CPU spinner run beside them
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -29,6 +32,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 KB=.evalcarry/problems.jsonl
 BASE=.evalcarry/H100_Modal__baseline_time_torch.json
 FULL6=19,20,21,23,47,4
+ROUND5=skip_timed_calls.py,skip_unchecked_call.py,copy_then_clamp.py,copy_then_log_softmax.py,zeros_then_einsum.py,\
+decoy_canary.py,compile_after_zeros.py,thread_before_lockdown.py,native_build_thread.py,host_text_forged.py,torch_then_copy.py
 run() {  # name, seconds, command...
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
@@ -61,7 +66,7 @@ for s in "$@"; do
             tail -n 16 "$OUT/repeat.log" | cut -c1-250 ;;
     only) run only 300 python3 bench/gpu_evaluator_corpus.py --only "${ONLY:?ONLY=file.py}" --cache-dir /tmp/kc-only
           grep -E "MISMATCH|as expected|attacks/" "$OUT/only.log" | cut -c1-220 ;;
-    latency) for side in base this; do
+    latency) for side in ${SIDES:-base this}; do
                root=$PWD; [ "$side" = base ] && root=$PWD/.evalcarry/base
                [ -d "$root/kforge" ] || { echo "latency needs .evalcarry/base (git archive of the before)"; continue; }
                KFORGE_BENCH_ROOT=$root run "latency_1_$side" 200 python3 bench/judge_latency.py --workers 1 --rounds 2 \
@@ -74,7 +79,15 @@ for s in "$@"; do
     load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers 4 \
             --rounds 3 --busy 2 --cache-dir /tmp/kc-load
           grep -E "rounds|not .correct|^   " "$OUT/load.log" | cut -c1-300 ;;
-    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only, latency, load)" ;;
+    loadattacks)
+      python3 -c "while True: pass" & spin=$!
+      KFORGE_KERNELBENCH=$KB setsid python3 bench/judge_latency.py --loop --set gen,kb,builtin --workers 4 \
+        --cache-dir /tmp/kc-loadbusy > /dev/null 2>&1 & busy=$!
+      sleep 20  # the busy pool's references are measured and its loop is judging
+      run loadattacks 400 python3 bench/gpu_evaluator_corpus.py --only "${ATTACKS:-$ROUND5}" --cache-dir /tmp/kc-la
+      kill "$spin"; kill -- -"$busy" 2>/dev/null
+      grep -E "MISMATCH|as expected|attacks/" "$OUT/loadattacks.log" | cut -c1-220 ;;
+    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only, latency, load, loadattacks)" ;;
   esac
 done
 cat "$OUT/summary.txt"

@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.append(pool.evaluate_many(jobs))
                 rounds.append(time.monotonic() - t0)
                 bad = [f"{label}: {v.status.value} {v.flags} {str(v.details.get('reason'))[:160]}"
+               + (f" | error: {v.error[:200]!r}" if v.error else "")
+               + (f" | recheck: {v.details['recheck']}" if "recheck" in v.details else "")
                        for (label, _p, _c), v in zip(items, verdicts[-1]) if not v.correct or v.flags]
                 print(f"round {r + 1}: {len(jobs)} checks in {rounds[-1]:.1f} s, {len(bad)} not `correct` or flagged",
                       *bad, sep="\n    ", flush=True)
@@ -243,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     n = len(items)
     print(f"rounds: {', '.join(f'{r:.1f} s' for r in rounds)}; the last: {n} checks = {60 * n / rounds[-1]:.1f} "
           f"checks/min on one {'GPU' if gpu else 'CPU pool'}")
-    wrong = [(label, v.status.value, v.flags, v.details.get("reason")) for vs in verdicts
+    wrong = [(label, v.status.value, v.flags, v.details.get("reason"), (v.error or "")[:200]) for vs in verdicts
              for (label, _p, _c), v in zip(items, vs) if not v.correct or v.flags]
+    rechecked = [v.details["recheck"].get("rounds", 1) for vs in verdicts for v in vs if "recheck" in v.details]
+    print(f"re-measured before a timing flag: {len(rechecked)} of {n * len(verdicts)} checks "
+          f"({sum(rechecked)} paired re-measures)")
     print(f"honest checks not `correct` or flagged: {len(wrong)} of {n * len(verdicts)}")
     for w in wrong:
         print("  ", *w)

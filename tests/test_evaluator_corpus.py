@@ -444,3 +444,23 @@ def test_a_draw_of_inputs_that_fails_is_the_references_fault(pools: _Pools, monk
     v = pool.submit(make_problem("relu"), good).result(timeout=60)
     assert v.status is Status.RUNTIME_ERROR and v.details.get("reference_error") and not v.correct, v.details
     assert "reference failed" in v.error and "not the candidate's fault" in v.feedback
+    assert v.details["draw_attempts"] == 3  # a reference that fails on every draw: given up after three
+
+
+def test_a_draw_that_fails_once_is_drawn_again(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An H100 beside a busy pool: two honest KernelBench kernels (52, 96) came back "the problem's reference
+    Model failed" in one of three rounds, though the same reference had run there (its clock cached). A draw
+    that fails once is the machine's moment, not the problem's: the evaluation draws again."""
+    pool = pools["all"]
+    real, calls = pool.references.draw, []
+
+    def once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the reference timed out")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pool.references, "draw", once)
+    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    v = pool.submit(make_problem("relu"), good).result(timeout=120)
+    assert v.status is Status.CORRECT and not v.details.get("reference_error") and len(calls) == 2, v.details

@@ -246,6 +246,10 @@ class EvaluatorConfig(Section):
     timing_ratio: float = Field(2.0, ge=1.0, description="flag timing_inconsistent when the parent's clock says "
                                 "the calls took more than this times what the child reported; a speedup never "
                                 "exceeds this times what the parent's clock allows")
+    timing_rechecks: int = Field(2, ge=1, description="paired re-measures beside a trusted twin before a timing "
+                                 "flag (recheck.py): the flag stands only when every one shows it; each costs a "
+                                 "fresh reference child and 16 pairs of calls, made only for a candidate already "
+                                 "found inconsistent")
     timing_slack_ms: float = Field(0.15, ge=0.0, description="per-call allowance added to that comparison (plus "
                                    "half the reference's per-call overhead): the resolution of the parent's clock")
     inputs_reuse: int = Field(1, ge=1, description="evaluations of one problem that share one draw of trial, decoy "

@@ -378,16 +378,16 @@ ATTACKS = [
            "Landlock restricts the thread that asks, so after READY it forked, exec'd a shell, made System V "
            "shared memory and read the user list (`correct`, no flag, with both in-process layers off). Now the "
            "filter holds for every thread (TSYNC) and a thread started after the set-up ends the child at the "
-           "lock-down (before READY: compile_error; on a GPU, after the first trial: runtime_error). With the "
-           "audit hook on, its thread is refused everything it asks at import and never starts", item=5,
-           gpu={"bare": "runtime_error"}),
+           "lock-down (before READY on a CPU, after the first call on a GPU: compile_error either way, the H100 "
+           "showed it). With the audit hook on, its thread is refused everything it asks at import and never "
+           "starts", item=5),
     Attack("native_build_thread.py", {"all": "static_check_failed", "no_static": "compile_error",
                                       "bare": "compile_error"},
            "C compiled and loaded at import through triton.runtime.build (Triton's frame asks, so the audit hook "
            "allows it): the library's thread did the same as thread_before_lockdown.py's, unseen by the "
            "interpreter (`correct`, no flag, with every layer on). Native builds are banned in source now; "
-           "without the static check the thread ends the child at the lock-down", item=2,
-           gpu={"no_static": "runtime_error", "bare": "runtime_error"}),
+           "without the static check the thread ends the child at the lock-down (compile_error on a CPU and on "
+           "an H100)", item=2),
     Attack("skewed_timing.py", {"all": "static_check_failed", "bare": "correct+timing_inconsistent"},
            "a report whose mean agrees and median does not: both are compared, the mean is the figure. On a GPU "
            "the clock cannot resolve the median of a tiny kernel; the mean (honest) is the figure, bounded by "

@@ -28,7 +28,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export PYTHONPATH=${SITE:-/tmp/site}:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1  # SITE: where the wheels are
 KB=.evalcarry/problems.jsonl
 BASE=.evalcarry/H100_Modal__baseline_time_torch.json
 FULL6=19,20,21,23,47,4

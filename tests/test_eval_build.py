@@ -226,3 +226,27 @@ def test_split_summaries_go_into_the_file_through_its_writer(tmp_path):
     assert by_split["held-out problems"]["overall"]["correctness"] == 0.0
     run.write()  # a later write (say --resume) keeps them
     assert read_results(tmp_path / "r.json")["summary_by_split"] == by_split
+
+
+def test_verdicts_arriving_together_write_the_results_file_once_not_once_each(tmp_path, monkeypatch):
+    """A 256-sample gate on an H200 rewrote its whole results file (summary and every sample) 256 times in a row
+    when the batch's verdicts came back together. Records within `WRITE_EVERY_S` of a write wait for the next
+    one; the batch's end writes them all."""
+    from kforge.config.loader import resolve
+    from kforge.eval import runner as runner_mod
+    from kforge.eval.results import read_results
+    from kforge.eval.runner import EvalRun
+    from kforge.evaluator import Status, Verdict
+    from kforge.problems.record import Problem
+
+    writes = []
+    real = runner_mod.write_results
+    monkeypatch.setattr(runner_mod, "write_results", lambda path, doc: (writes.append(len(doc["samples"])),
+                                                                          real(path, doc)))
+    run = EvalRun(resolve("tiny").config, [], tmp_path / "r.json")
+    problems = [Problem(1, i, f"{i}_P", "") for i in range(1, 51)]
+    for p in problems:
+        run._record(p, 0, [], Verdict(Status.CORRECT))
+    assert writes == [1]  # the first at once (a file exists from the start), the other 49 waited
+    run.write()
+    assert writes == [1, 50] and len(read_results(tmp_path / "r.json")["samples"]) == 50

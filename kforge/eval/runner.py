@@ -134,6 +134,9 @@ def kept_code(code: str | None) -> dict[str, Any]:
     return {"code": code[:CODE_KEEP_CHARS], "code_chars": len(code), "code_sha256": digest, "code_cut": True}
 
 
+WRITE_EVERY_S = 2.0  # the results file is rewritten at most this often while verdicts arrive (and at the end)
+
+
 @dataclass
 class EvalRun:
     cfg: KforgeConfig
@@ -146,6 +149,7 @@ class EvalRun:
     on_progress: Callable[[str, int, int], None] | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # what the numbers mean, kept in every write
     results: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    _written_at: float = field(default=float("-inf"), repr=False)  # when the results file was last written
 
     def keep_previous(self, data: dict[str, Any]) -> int:
         """--resume: keep the finished samples of the earlier results file (read and checked by the plan)."""
@@ -158,7 +162,10 @@ class EvalRun:
             "problem_key": problem.key, "level": problem.level, "name": problem.name, "sample": sample,
             "turns": turns, "verdict": best.to_dict() if best is not None else None,
         }
-        self.write()
+        # The whole file (its summary over every sample) is written again each time: once per sample made
+        # a 256-sample eval write it 256 times in a row when a batch's verdicts came back together.
+        if time.monotonic() - self._written_at >= WRITE_EVERY_S:
+            self.write()
 
     def outcomes(self) -> list[SampleOutcome]:
         out = []
@@ -189,6 +196,7 @@ class EvalRun:
             "samples": ordered,
         }
         write_results(self.out_path, doc)
+        self._written_at = time.monotonic()
 
     async def _evaluate_given(self, pool: Any) -> None:
         todo = [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
@@ -243,6 +251,7 @@ class EvalRun:
                               "response": t.response_text, "score": t.score,
                               "verdict": t.verdict.to_dict() if t.verdict else None} for t in traj.turns]
                     self._record(by_key[traj.problem_key], traj.group_index, turns, traj.best_verdict)
+                self.write()  # every finished batch is on disk before the next starts
         finally:
             backend.close()
 

@@ -114,9 +114,13 @@ def test_brackets_in_printed_text_are_printed_as_they_are(tmp_path):
     from kforge.runs.folder import RunFolder
 
     res = kforge("doctor", "--preset", "tiny", "rollout.backend=vllm", "--runs-dir", str(tmp_path / "runs"))
-    vllm = [line for line in res.stdout.splitlines() if "package vllm" in line]
-    if vllm and "not installed" in vllm[0]:  # vllm is not installed here: the row's fix names the extra
-        assert "pip install 'kforge[gpu]'" in vllm[0], vllm
+    lines = res.stdout.splitlines()
+    at = next((i for i, line in enumerate(lines) if "  package vllm: " in line), len(lines))
+    vllm, rest = "".join(lines[at:at + 1]), lines[at + 1:]
+    while rest and rest[0].startswith(" "):  # the row's wrapped lines and its fix
+        vllm, rest = f"{vllm} {rest[0].strip()}", rest[1:]
+    if "not installed" in vllm:  # vllm is not installed here: the row's fix names the extra
+        assert "pip install 'kforge[gpu]'" in vllm, vllm
     assert "sandbox: [kernel]" in res.stdout  # the layer of each sandbox row
     run = RunFolder.create(tmp_path, "lr[red]", "preset: tiny\n")
     run.set_status("finished", preset="tiny")

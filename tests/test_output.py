@@ -60,6 +60,29 @@ def test_runs_ls_never_cuts_a_run_name(tmp_path):
     assert res.returncode == 0 and name in res.stdout, res.stdout
 
 
+def test_runs_ls_on_a_narrow_terminal_breaks_no_cell_and_says_what_it_left_out(tmp_path):
+    """At 80 columns every cell wrapped mid-word (`finishe`/`d`): now each run is one line of whole cells,
+    and the columns that did not fit are named under the table."""
+    from kforge.runs.folder import RunFolder
+
+    for name in ("drkernel-20261126-123456", "tiny-20261126-010101"):
+        run = RunFolder.create(tmp_path, name, "preset: drkernel\n")
+        run.log_metrics({"step": 40, "reward/mean": 0.123456, "fast_1": 0.5})
+        (run.path / "checkpoints" / "step_000040").mkdir(parents=True)
+        run.log_checkpoint({"step": 40, "path": "checkpoints/step_000040"})
+        run.set_status("finished")
+    for columns in (60, 80, 100):
+        lines = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": str(columns)}).stdout.splitlines()
+        assert max(map(len, lines)) <= columns, lines
+        rows = [line for line in lines if "-20261126-" in line]
+        assert len(rows) == 2 and all("│ finished │" in row and "│ 40 " in row for row in rows), lines
+        assert "left out at" in " ".join(lines[-2:]) and lines[-1].strip().endswith("(see --json)"), lines
+        header = next(line for line in lines if "name" in line)
+        assert "status" in header and "steps" in header and "last checkpoint" not in header
+    wide = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": "200"}).stdout
+    assert "checkpoints/step_000040" in wide and "left out" not in wide
+
+
 def test_wrapping_a_model_with_peft_prints_no_future_warning():
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -46,6 +46,26 @@ def test_help_in_a_pipe_is_whole_and_every_json_flag_has_a_help_line():
     assert "one JSON object" in kforge("runs", "show", "--help").stdout
 
 
+def test_command_lists_in_help_show_each_summary_whole():
+    """`-h` of the app and of each group listed its commands with summaries cut at 80 columns by "...": each
+    is now whole (wrapped) in a pipe, and whole in Rich's boxes at 80 columns."""
+    import typer
+
+    from kforge.cli.app import app
+    from kforge.cli.common import summary
+
+    root = typer.main.get_command(app)
+    for group in ([], ["runs"], ["problems"], ["rag"], ["config"]):
+        command = root.commands[group[0]] if group else root
+        for env in ({}, {"COLUMNS": "80"}):
+            res = kforge(*group, "-h", env=env)
+            assert res.returncode == 0 and "..." not in res.stdout.split("Commands")[-1] and "…" not in res.stdout
+            flat = " ".join(part.strip(" │") for part in res.stdout.split("Commands")[-1].splitlines())
+            flat = " ".join(flat.split()).replace("- ", "-")  # a line may end at a hyphen (syntax-/highlighted)
+            for name, sub in command.commands.items():
+                assert summary(sub) and " ".join(summary(sub).split()) in flat, (group, env, name, flat)
+
+
 def test_runs_ls_never_cuts_a_run_name(tmp_path):
     from kforge.runs.folder import RunFolder
 

@@ -44,8 +44,9 @@ def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resu
     written = resolve(None, run.config_path, [], environ={}).config
     resolved = resolve(None, run.config_path, overrides)
     status = run.effective_status()
-    if status == "running":
-        raise UserError(f"run {run.name} is still running (pid {run.read_status().get('pid')}); stop it first")
+    if status in ("starting", "running", "stopping"):  # a live process (a dead one's status reads "crashed")
+        raise UserError(f"run {run.name} is still {status} (pid {run.read_status().get('pid')}); stop it first "
+                        f"with `kforge runs stop {run.name}`")
     done = run.read_status().get("step") or run.summary()["steps"]
     nothing_to_do = status == "finished" and _nothing_to_do(resolved.config, done)
     if not nothing_to_do:
@@ -100,6 +101,9 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
                 say(f"{name} ended in a torn line (a crash mid-write); dropped it, a copy is in {kept}")
         opened = OpenRun(run, cfg, resumed=True, before=run.read_status(),
                          config_before=run.config_path.read_text() if resume.changes else None)
+        # Alive from here, as a new run is from its folder's making: `runs logs -f`, `ls` and `watch` see this
+        # process (its pid) while the model loads, not the status the run ended with last time.
+        run.set_status("starting")
     opened.log_file = logging.FileHandler(opened.run.log_path)
     opened.log_file.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("kforge").addHandler(opened.log_file)

@@ -144,3 +144,14 @@ def test_a_dry_run_resume_repairs_nothing(tmp_path):
     res = _train("--resume", str(run.path), "--dry-run")
     assert res.returncode == 0, res.stderr
     assert "torn line" not in res.stdout and _snapshot(run.path) == before  # the repair waits for a real start
+
+
+def test_resuming_a_folder_without_config_yaml_names_the_folder_not_config(tmp_path):
+    """It said `--config: file .../config.yaml not found`, an option the user never gave."""
+    run = _run(tmp_path, "stopped", 2)
+    run.config_path.unlink()
+    res = _train("--resume", str(run.path), "--plain")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert f"run folder {run.path} has no config.yaml ({run.config_path})" in line and "--config" not in line
+    assert "put the run's config.yaml back" in line

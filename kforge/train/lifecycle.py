@@ -41,6 +41,9 @@ class Resume:
 def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resume:
     """The run `spec` names, checked before any work: not running, its folder writable. Nothing is written."""
     run = find_run(spec, runs_dir or "runs")
+    if not run.config_path.is_file():  # what the loader would blame on --config, which the user did not give
+        raise UserError(f"run folder {run.path} has no {run.config_path.name} ({run.config_path}), so there is no "
+                        "config to resume with: put the run's config.yaml back, or start a new run with --name")
     written = resolve(None, run.config_path, [], environ={}).config
     resolved = resolve(None, run.config_path, overrides)
     status = run.effective_status()

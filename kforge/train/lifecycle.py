@@ -36,6 +36,7 @@ class Resume:
     changes: dict[str, dict[str, Any]]  # key -> from, to, by
     done: int  # steps the run has done
     nothing_to_do: bool  # finished, and the config plans no step past `done`
+    start: int = 0  # the step it continues from: its newest checkpoint that can be used (0 without one)
 
 
 def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resume:
@@ -54,7 +55,8 @@ def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resu
     nothing_to_do = status == "finished" and _nothing_to_do(resolved.config, done)
     if not nothing_to_do:
         check_writable(run.path, "run folder")
-    return Resume(run, resolved, config_changes(written, resolved), done, nothing_to_do)
+    last = run.last_checkpoint()  # a damaged newer one is passed over: the resume starts here, not at `done`
+    return Resume(run, resolved, config_changes(written, resolved), done, nothing_to_do, last["step"] if last else 0)
 
 
 def _nothing_to_do(cfg: KforgeConfig, done: int) -> bool:
@@ -97,7 +99,7 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
     else:
         run = resume.run
         for line in run.damaged_checkpoints():
-            say(f"warning: {line}; resuming from an earlier checkpoint")
+            say(f"warning: {line}; resuming from step {resume.start}, its newest checkpoint that can be used")
         for name in (METRICS_FILE, CHECKPOINTS_FILE):
             kept = drop_torn_line(run.path / name)
             if kept:
@@ -111,7 +113,7 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
     opened.log_file.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("kforge").addHandler(opened.log_file)
     if resume is not None and resume.changes:
-        _record_changes(opened.run, cfg, resume.changes, resume.done)  # read from the same status.json
+        _record_changes(opened.run, cfg, resume.changes, resume.start)  # the steps after it are redone with them
     return opened
 
 

@@ -408,3 +408,19 @@ def test_logs_follow_a_resume_while_it_starts_up(tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_ctrl_c_ends_watch_with_130(tmp_path):
+    """`runs watch` ended on Ctrl-C with exit 0; 130 as every command (the README says so for all of them)."""
+    proc, run = stand_in(tmp_path, "watched", "time.sleep(120)")
+    watcher = subprocess.Popen(KFORGE + ["runs", "watch", "watched", "--interval", "0.2", "--runs-dir", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "| running |" in watcher.stdout.readline()  # a plain line per change: the loop is polling
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 130, watcher.stderr.read()
+    finally:
+        for p in (watcher, proc):
+            if p.poll() is None:
+                p.kill()
+        proc.wait()

@@ -285,7 +285,7 @@ def watch(
                 break
             time.sleep(interval)
     except KeyboardInterrupt:
-        pass
+        raise typer.Exit(130) from None  # Ctrl-C: exit 130, as every command
 
 
 @app.command("tb")

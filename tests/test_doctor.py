@@ -66,6 +66,22 @@ def test_doctor_table_output(tmp_path):
     assert _doctor("--preset", "no_such_preset").returncode == 2
 
 
+def test_piped_doctor_is_a_line_per_check_at_100_columns(tmp_path):
+    """Off a terminal the table was padded to ~1000 columns: now `status  check: detail`, an indented `fix:`
+    line, wrapped at 100 columns, and the verdict line."""
+    res = _doctor("--preset", "tiny", "--runs-dir", str(tmp_path), f"dataset.source={tmp_path}/missing.jsonl")
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "kforge doctor: preset tiny" and lines[-1].startswith("not ready: 1 check(s) failed")
+    assert max(map(len, lines)) <= 100 and not any(line.endswith(" ") for line in lines)
+    assert not any(box in res.stdout for box in "┃│━")
+    assert "pass  python: Python " in res.stdout
+    at = next(i for i, line in enumerate(lines) if line.startswith("fail  problems: "))
+    block = " ".join(line.strip() for line in lines[at:at + 6])
+    assert "missing.jsonl" in block and "fix: " in block
+    assert all(line[:6] in ("pass  ", "warn  ", "fail  ", " " * 6) for line in lines[1:-1]), lines
+
+
 def _cfg(*overrides):
     return resolve("tiny", None, list(overrides)).config
 

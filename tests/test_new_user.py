@@ -154,6 +154,36 @@ def test_train_never_deletes_a_folder_kforge_did_not_mark_as_a_failed_start(tmp_
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+def test_a_start_stopped_before_its_first_step_frees_its_name_and_a_run_with_steps_says_what_to_do(tmp_path):
+    """Ctrl-C while the model loaded left a folder (config, status "stopped", logs, empty plots) that blocked
+    its name: it is reused like a failed start. A run with steps is refused in one line naming --resume and
+    `runs rm`; a never-stepped one holding a file of the user's names the file, and every file survives."""
+    from kforge.runs.folder import RunFolder
+
+    args = ("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--plain", f"dataset.source={tmp_path / 'no.jsonl'}")
+    run = RunFolder.create(tmp_path, "r", "preset: tiny\n")
+    run.log_path.write_text("loading the model\n")
+    (run.path / "reward.png").write_bytes(b"no data yet")
+    run.set_status("stopped", stopped_by="signal")
+    again = kforge(*args, "--name", "r")
+    assert again.returncode == 2 and "no.jsonl" in again.stderr and "already exists" not in again.stderr, again.stderr
+    assert "loading the model" not in run.log_path.read_text() and not (run.path / "reward.png").exists()
+
+    stepped = RunFolder.create(tmp_path, "s", "preset: tiny\n")
+    stepped.log_metrics({"step": 1, "reward/mean": 0.5})
+    stepped.set_status("stopped", step=1)
+    kept = RunFolder.create(tmp_path, "k", "preset: tiny\n")
+    kept.set_status("stopped", stopped_by="signal")
+    (kept.path / "notes.txt").write_text("mine")
+    for name, expect in (("s", ["(stopped, 1 step(s))", f"--resume {stepped.path}", f"kforge runs rm {stepped.path}"]),
+                         ("k", ["files kforge did not write (notes.txt)", "move them out"])):
+        folder = tmp_path / name
+        before = {p.name: p.read_bytes() for p in folder.iterdir()}
+        line = one_line_exit_2(kforge(*args, "--name", name))
+        assert str(folder) in line and "already exists" in line and all(e in line for e in expect), line
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
 def test_train_refuses_a_run_name_that_is_a_file(tmp_path):
     (tmp_path / "r").write_text("not a folder")
     line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain"))

@@ -46,6 +46,26 @@ def test_help_in_a_pipe_is_whole_and_every_json_flag_has_a_help_line():
     assert "one JSON object" in kforge("runs", "show", "--help").stdout
 
 
+def test_command_lists_in_help_show_each_summary_whole():
+    """`-h` of the app and of each group listed its commands with summaries cut at 80 columns by "...": each
+    is now whole (wrapped) in a pipe, and whole in Rich's boxes at 80 columns."""
+    import typer
+
+    from kforge.cli.app import app
+    from kforge.cli.common import summary
+
+    root = typer.main.get_command(app)
+    for group in ([], ["runs"], ["problems"], ["rag"], ["config"]):
+        command = root.commands[group[0]] if group else root
+        for env in ({}, {"COLUMNS": "80"}):
+            res = kforge(*group, "-h", env=env)
+            assert res.returncode == 0 and "..." not in res.stdout.split("Commands")[-1] and "…" not in res.stdout
+            flat = " ".join(part.strip(" │") for part in res.stdout.split("Commands")[-1].splitlines())
+            flat = " ".join(flat.split()).replace("- ", "-")  # a line may end at a hyphen (syntax-/highlighted)
+            for name, sub in command.commands.items():
+                assert summary(sub) and " ".join(summary(sub).split()) in flat, (group, env, name, flat)
+
+
 def test_runs_ls_never_cuts_a_run_name(tmp_path):
     from kforge.runs.folder import RunFolder
 
@@ -58,6 +78,29 @@ def test_runs_ls_never_cuts_a_run_name(tmp_path):
     run.set_status("finished")
     res = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": "80"})
     assert res.returncode == 0 and name in res.stdout, res.stdout
+
+
+def test_runs_ls_on_a_narrow_terminal_breaks_no_cell_and_says_what_it_left_out(tmp_path):
+    """At 80 columns every cell wrapped mid-word (`finishe`/`d`): now each run is one line of whole cells,
+    and the columns that did not fit are named under the table."""
+    from kforge.runs.folder import RunFolder
+
+    for name in ("drkernel-20261126-123456", "tiny-20261126-010101"):
+        run = RunFolder.create(tmp_path, name, "preset: drkernel\n")
+        run.log_metrics({"step": 40, "reward/mean": 0.123456, "fast_1": 0.5})
+        (run.path / "checkpoints" / "step_000040").mkdir(parents=True)
+        run.log_checkpoint({"step": 40, "path": "checkpoints/step_000040"})
+        run.set_status("finished")
+    for columns in (60, 80, 100):
+        lines = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": str(columns)}).stdout.splitlines()
+        assert max(map(len, lines)) <= columns, lines
+        rows = [line for line in lines if "-20261126-" in line]
+        assert len(rows) == 2 and all("│ finished │" in row and "│ 40 " in row for row in rows), lines
+        assert "left out at" in " ".join(lines[-2:]) and lines[-1].strip().endswith("(see --json)"), lines
+        header = next(line for line in lines if "name" in line)
+        assert "status" in header and "steps" in header and "last checkpoint" not in header
+    wide = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": "200"}).stdout
+    assert "checkpoints/step_000040" in wide and "left out" not in wide
 
 
 def test_wrapping_a_model_with_peft_prints_no_future_warning():
@@ -114,9 +157,13 @@ def test_brackets_in_printed_text_are_printed_as_they_are(tmp_path):
     from kforge.runs.folder import RunFolder
 
     res = kforge("doctor", "--preset", "tiny", "rollout.backend=vllm", "--runs-dir", str(tmp_path / "runs"))
-    vllm = [line for line in res.stdout.splitlines() if "package vllm" in line]
-    if vllm and "not installed" in vllm[0]:  # vllm is not installed here: the row's fix names the extra
-        assert "pip install 'kforge[gpu]'" in vllm[0], vllm
+    lines = res.stdout.splitlines()
+    at = next((i for i, line in enumerate(lines) if "  package vllm: " in line), len(lines))
+    vllm, rest = "".join(lines[at:at + 1]), lines[at + 1:]
+    while rest and rest[0].startswith(" "):  # the row's wrapped lines and its fix
+        vllm, rest = f"{vllm} {rest[0].strip()}", rest[1:]
+    if "not installed" in vllm:  # vllm is not installed here: the row's fix names the extra
+        assert "pip install 'kforge[gpu]'" in vllm, vllm
     assert "sandbox: [kernel]" in res.stdout  # the layer of each sandbox row
     run = RunFolder.create(tmp_path, "lr[red]", "preset: tiny\n")
     run.set_status("finished", preset="tiny")

@@ -364,3 +364,63 @@ def test_ctrl_c_ends_logs_follow_with_130_and_sigterm_ends_a_run_with_143(tmp_pa
         stopflag.received.clear()
     assert signal.getsignal(signal.SIGTERM) is before  # restored, not left to a finished run's flag
     assert stopflag.exit_code() == 130
+
+
+def test_logs_follow_a_resume_while_it_starts_up(tmp_path):
+    """A resume keeps the status its run ended with until its loop starts (the model loads first): `logs -f`
+    started then exited at once on "stopped". The resume records "starting" with its pid as it opens the
+    folder, so `logs -f` follows it to its end, and a second resume is refused meanwhile."""
+    from kforge.config.loader import resolve, to_yaml
+    from kforge.errors import UserError
+    from kforge.train.lifecycle import resume_target
+
+    run = RunFolder.create(tmp_path, "again", to_yaml(resolve("tiny").config))
+    run.log_metrics({"step": 1, "reward/mean": 0.5})
+    run.set_status("stopped", step=1, stopped_by="stop file")
+    code = textwrap.dedent(f"""
+        import logging, time
+        from kforge.train.lifecycle import open_run, resume_target
+        target = resume_target({str(run.path)!r}, None, [])
+        opened = open_run(target.resolved, target, print)
+        log = logging.getLogger("kforge.train")
+        log.setLevel(logging.INFO)
+        log.info("loading the model")
+        time.sleep(4)
+        log.info("model loaded")
+        opened.run.set_status("stopped", step=1)
+    """)
+    starter = subprocess.Popen([sys.executable, "-c", code])
+    follower = None
+    try:
+        wait_for(lambda: run.log_path.exists() and "loading the model" in run.log_path.read_text(), 60,
+                 "the resume to open its folder")
+        assert run.effective_status() == "starting" and run.read_status()["pid"] == starter.pid
+        with pytest.raises(UserError, match="still starting"):
+            resume_target(str(run.path), None, [])
+        follower = subprocess.Popen(KFORGE + ["runs", "logs", "again", "-f", "--runs-dir", str(tmp_path)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = follower.communicate(timeout=60)
+        assert follower.returncode == 0, err
+        assert "loading the model" in out and "model loaded" in out, out  # followed to the resume's end
+        assert starter.wait(timeout=30) == 0 and run.effective_status() == "stopped"
+    finally:
+        for p in (follower, starter):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_ctrl_c_ends_watch_with_130(tmp_path):
+    """`runs watch` ended on Ctrl-C with exit 0; 130 as every command (the README says so for all of them)."""
+    proc, run = stand_in(tmp_path, "watched", "time.sleep(120)")
+    watcher = subprocess.Popen(KFORGE + ["runs", "watch", "watched", "--interval", "0.2", "--runs-dir", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "| running |" in watcher.stdout.readline()  # a plain line per change: the loop is polling
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 130, watcher.stderr.read()
+    finally:
+        for p in (watcher, proc):
+            if p.poll() is None:
+                p.kill()
+        proc.wait()

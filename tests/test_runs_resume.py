@@ -144,3 +144,33 @@ def test_a_dry_run_resume_repairs_nothing(tmp_path):
     res = _train("--resume", str(run.path), "--dry-run")
     assert res.returncode == 0, res.stderr
     assert "torn line" not in res.stdout and _snapshot(run.path) == before  # the repair waits for a real start
+
+
+def test_resuming_a_folder_without_config_yaml_names_the_folder_not_config(tmp_path):
+    """It said `--config: file .../config.yaml not found`, an option the user never gave."""
+    run = _run(tmp_path, "stopped", 2)
+    run.config_path.unlink()
+    res = _train("--resume", str(run.path), "--plain")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert f"run folder {run.path} has no config.yaml ({run.config_path})" in line and "--config" not in line
+    assert "put the run's config.yaml back" in line
+
+
+def test_a_resume_past_a_damaged_checkpoint_names_the_step_it_resumes_from(tmp_path):
+    """Step 3's checkpoint damaged: the resume continues from step 2, and said "after step 3" (its warning,
+    the logged changes and config_history.jsonl's after_step)."""
+    run = _run(tmp_path, "crashed", 3)
+    (run.path / "checkpoints.jsonl").unlink()
+    for step in (0, 2, 3):  # recorded in the order a run writes them
+        ckpt = run.path / "checkpoints" / f"step_{step:06d}"
+        (ckpt / "learner").mkdir(parents=True, exist_ok=True)
+        (ckpt / "trainer_state.json").write_text(json.dumps({"step": step, "sampler": {}}))
+        run.log_checkpoint({"step": step, "path": str(ckpt.relative_to(run.path))})
+    (run.path / "checkpoints" / "step_000003" / "trainer_state.json").write_text('{"step": 3, "samp')
+    res = _train("--resume", str(run.path), "--plain", f"dataset.source={tmp_path / 'gone.jsonl'}")
+    assert res.returncode == 2 and "gone.jsonl" in res.stderr  # the set-up fails after the folder is opened
+    assert "step_000003/trainer_state.json is damaged (JSONDecodeError); resuming from step 2" in res.stdout, res.stdout
+    assert "resume after step 2 changes dataset.source" in res.stderr and "after step 3" not in res.stdout + res.stderr
+    history = [json.loads(line) for line in (run.path / "config_history.jsonl").read_text().splitlines()]
+    assert history[-1]["after_step"] == 2 and "dataset.source" in history[-1]["changes"]

@@ -572,3 +572,30 @@ def test_an_engine_that_dies_asleep_or_in_the_sync_is_restarted_after_the_learne
     assert starts == [(False, 1)] and engine.closed and trainer.restarts == 1
     assert fresh.loaded == ([(1, 1)] if dies_at == "load_adapter" else [(0, 0), (1, 1)]) and fresh.version == 1
 
+
+
+def test_a_failed_checkpoint_write_is_named_as_such_not_retried(tmp_path, caplog):
+    """The failure was the checkpoint (a full disk): it was written again "after the failure" and warned
+    "could not save a checkpoint after the failure". Now one line says the save of step N failed and which
+    checkpoint on disk --resume continues from."""
+    import logging
+
+    class FullDisk(FakeLearner):
+        saves: list[int] = []
+
+        def save_checkpoint(self, path):
+            self.saves.append(self.version)
+            if self.version >= 1:
+                raise OSError(28, "No space left on device", str(path))
+            Path(path).mkdir(parents=True)  # a state alone: a checkpoint that can be resumed from
+            (Path(path) / "state.json").write_text(json.dumps({"version": self.version}))
+
+    learner = FullDisk(step_s=0.0)
+    trainer = make_trainer(tmp_path, make_cfg(), learner, FakePool(0.0))
+    with caplog.at_level(logging.INFO, logger="kforge"), pytest.raises(OSError):
+        asyncio.run(trainer.run_async())
+    said = caplog.text
+    assert "could not save a checkpoint after the failure" not in said and learner.saves == [0, 1]  # not retried
+    assert ("saving the checkpoint of step 1 failed; the newest one on disk is checkpoints/step_000000; --resume "
+            "continues from there") in said, said
+    assert trainer.run.read_status()["status"] == "failed" and trainer.run.last_checkpoint()["step"] == 0

@@ -56,10 +56,13 @@ app.command("export", help="Write a run's adapter as a clean PEFT folder, or a m
 compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                           context_settings={"help_option_names": ["-h", "--help"]})
 compare_app.command(help="Compare two eval results files on the problems both hold.", cls=Command)(eval_cmd.compare)
-app.add_typer(rag.app, name="rag")
-app.add_typer(runs.app, name="runs", help="The runs on disk: ls, show, stop, logs, watch, tb, rm.")
-app.add_typer(problems.app, name="problems", help="List and show the problems a source provides; generate a curriculum.")
-app.add_typer(config_cmd.app, name="config", help="Show the resolved config and where each value came from.")
+app.add_typer(rag.app, name="rag", cls=Commands)
+app.add_typer(runs.app, name="runs", help="The runs on disk: ls, show, stop, logs, watch, tb, rm.",
+              cls=Commands)
+app.add_typer(problems.app, name="problems", help="List and show the problems a source provides; generate a curriculum.",
+              cls=Commands)
+app.add_typer(config_cmd.app, name="config", help="Show the resolved config and where each value came from.",
+              cls=Commands)
 
 
 def _click_errors() -> tuple[type, type, tuple[type, ...]]:

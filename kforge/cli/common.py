@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -54,12 +55,27 @@ def _said_once(invoke: Callable[[Any], Any], ctx: Any) -> Any:
         raise fail(str(exc)) from None
 
 
+def summary(command: Any) -> str:
+    """A command's one-line summary for a list of commands: its short help, else its help's first paragraph,
+    whole (click cut it at the terminal's width minus the names, with "...")."""
+    text = command.short_help or inspect.cleandoc(command.help or "").split("\n\n")[0]
+    return " ".join(text.split())
+
+
 class Commands(TyperGroup):
-    """The `kforge` command tree (`typer.Typer(cls=Commands)`): every subcommand runs through `_said_once`,
-    also when the app is run without `main()` (as the tests run it)."""
+    """The `kforge` command tree and its groups (`typer.Typer(cls=Commands)`, `add_typer(..., cls=Commands)`):
+    every subcommand runs through `_said_once`, also when the app is run without `main()` (as the tests run
+    it); plain `--help` lists each command with its whole summary, wrapped."""
 
     def invoke(self, ctx: Any) -> Any:
         return _said_once(super().invoke, ctx)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = [(name, summary(cmd)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 class Command(TyperCommand):

@@ -132,7 +132,7 @@ def _run(plan) -> None:
         beat = _Heartbeat(enabled=not console.is_terminal)
 
         def on_progress(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=stage, completed=done, total=total)
+            progress.update(task, description=stage, completed=done, total=total or None)
             beat.update(stage, done, total, say=done == total or done % 10 == 0)
 
         run.on_progress = on_progress
@@ -177,7 +177,8 @@ class _Heartbeat:
             return
         with self._lock:
             self.said = time.time()
-            line = f"{self.stage}: {self.done}/{self.total} ({self.said - self.started:.0f} s)"
+            counts = f": {self.done}/{self.total}" if self.total else ""  # none while it loads or generates
+            line = f"{self.stage}{counts} ({self.said - self.started:.0f} s)"
         print(line, flush=True)
 
     def _loop(self) -> None:

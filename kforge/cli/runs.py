@@ -12,13 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from kforge.runs.folder import find_run, list_runs
-from kforge.ui.console import console, fail, rule
+from kforge.ui.console import columns_that_fit, console, fail, rule
 
 app = typer.Typer(no_args_is_help=True)
 
 RunsDirOpt = typer.Option("runs", "--runs-dir", help="folder holding the run folders")
 STATUS_STYLE = {"running": "green", "finished": "blue", "failed": "red", "crashed": "red", "stopped": "yellow",
                 "killed": "red"}
+LS_BY_VALUE = ("name", "status", "steps", "best reward", "fast_1", "started", "last checkpoint")  # kept first
 
 
 def _fmt_time(ts: float | None, seconds: bool = False) -> str:
@@ -70,22 +71,20 @@ def ls(runs_dir: str = RunsDirOpt,
     if not rows:
         console.print(f"no runs under {runs_dir}/ (start one with `kforge train --preset tiny`)")
         return
-    table = Table(title=f"runs in {runs_dir}/")
-    # A run name is what the user types next (`runs show NAME`): never cut, the other columns wrap instead.
-    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
-    for col in ("status", "started", "steps", "best reward", "fast_1", "last checkpoint"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        style = STATUS_STYLE.get(r["status"], "")
-        table.add_row(
-            r["name"],
-            Text(r["status"], style=style),
-            _fmt_time(r["started"]),
-            str(r["steps"]),
-            _fmt_num(r["best_reward"]),
-            _fmt_num(r["fast_1"]),
-            r["last_checkpoint"] or "-",
-        )
+    cells = {"name": [r["name"] for r in rows], "status": [r["status"] for r in rows],
+             "started": [_fmt_time(r["started"]) for r in rows], "steps": [str(r["steps"]) for r in rows],
+             "best reward": [_fmt_num(r["best_reward"]) for r in rows], "fast_1": [_fmt_num(r["fast_1"]) for r in rows],
+             "last checkpoint": [r["last_checkpoint"] or "-" for r in rows]}
+    # Every cell whole (a run name is what the user types next): a narrow terminal drops columns instead.
+    shown = columns_that_fit(cells, console.width, LS_BY_VALUE)
+    left_out = [name for name in cells if name not in shown]
+    table = Table(title=f"runs in {runs_dir}/",
+                  caption=f"left out at {console.width} columns: {', '.join(left_out)} (see --json)" if left_out else None)
+    for col in shown:
+        table.add_column(col, no_wrap=True, min_width=max(len(c) for c in cells[col]) if col == "name" else None)
+    for i, r in enumerate(rows):
+        table.add_row(*(Text(r["status"], style=STATUS_STYLE.get(r["status"], "")) if col == "status" else cells[col][i]
+                        for col in shown))
     console.print(table)
 
 
@@ -286,7 +285,7 @@ def watch(
                 break
             time.sleep(interval)
     except KeyboardInterrupt:
-        pass
+        raise typer.Exit(130) from None  # Ctrl-C: exit 130, as every command
 
 
 @app.command("tb")

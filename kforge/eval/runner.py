@@ -198,9 +198,15 @@ class EvalRun:
         write_results(self.out_path, doc)
         self._written_at = time.monotonic()
 
+    def _tell(self, stage: str, done: int = 0, total: int = 0) -> None:
+        """Progress to the caller; a stage without counts (total 0) says what runs before the first verdict."""
+        if self.on_progress:
+            self.on_progress(stage, done, total)
+
     async def _evaluate_given(self, pool: Any) -> None:
         todo = [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
         done = 0
+        self._tell(f"evaluating: {len(todo)} kernels")
 
         async def one(p: Problem, i: int, code: str) -> None:
             nonlocal done
@@ -222,6 +228,7 @@ class EvalRun:
         jobs = [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
         if not jobs:
             return
+        self._tell(f"loading {self.target.model}" + (f" with {self.target.adapter}" if self.target.adapter else ""))
         backend = make_backend(self.cfg, self.devices)
         try:
             if self.target.adapter:
@@ -244,6 +251,8 @@ class EvalRun:
             # chunk's verdicts came back (on an H200 a 120-sample gate did 20 samples in 4.5 min; all at once, 120 in 2).
             chunk = len(jobs) if getattr(backend, "concurrent", False) else max(1, self.cfg.rollout.hf_batch_size)
             for start in range(0, len(jobs), chunk):
+                if done == 0:  # until the first verdict, the line says what the engine is doing
+                    self._tell(f"generating: {len(jobs[start : start + chunk])} requests")
                 rollouts = await runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)
                 score_trajectories(rollouts.trajectories, self.cfg.reward, self.cfg.episode.thinking)
                 for traj in rollouts.trajectories:
@@ -259,6 +268,7 @@ class EvalRun:
         from kforge.evaluator import EvalPool
 
         async def main() -> None:
+            self._tell("starting the evaluator")
             with EvalPool(self.cfg.evaluator, devices=self.devices or None) as pool:
                 if self.candidates is not None:
                     await self._evaluate_given(pool)

@@ -150,10 +150,10 @@ class RunFolder:
         if path.exists() and any(path.iterdir()):
             run = cls(path)
             if not run.never_stepped():
-                raise RunFolderTaken(f"{path} already exists and is not a run that failed before its first step; "
-                                      f"pick another --name, or use --resume {path} if it is a kforge run")
-            # A start that failed before its first step (a typo, a missing dataset) holds nothing to keep, and
-            # never_stepped() saw that every entry is one kforge writes: remove those entries, not the folder.
+                raise RunFolderTaken(run.taken())
+            # A start that failed or was stopped before its first step (a typo, a missing dataset, Ctrl-C while
+            # the model loaded) holds nothing to keep, and never_stepped() saw that every entry is one kforge
+            # writes: remove those entries, not the folder.
             for entry in path.iterdir():
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         path.mkdir(parents=True, exist_ok=True)
@@ -188,15 +188,28 @@ class RunFolder:
         """The one writer of status.json; also puts back a record read earlier (a failed attempt undone)."""
         atomic_write_text(self.path / STATUS_FILE, json.dumps(record, indent=2, default=_json_default))
 
-    def never_stepped(self) -> bool:
-        """A start of kforge's that failed or crashed before any step: its status file says so (a folder
-        without one, or with one kforge did not write, is someone else's), no metrics, no checkpoint past
-        step 0, and nothing in the folder but what a run writes."""
-        if not self.read_status().get("started") or self.effective_status() not in ("failed", "crashed"):
+    def never_stepped(self, mine_only: bool = True) -> bool:
+        """A start of kforge's that failed, crashed or was stopped before any step: its status file says so (a
+        folder without one, or with one kforge did not write, is someone else's), no metrics, no checkpoint
+        past step 0, and (`mine_only`) nothing in the folder but what a run writes."""
+        if not self.read_status().get("started") or self.effective_status() not in ("failed", "crashed", "stopped"):
             return False
-        if not all(written_by_run(entry.name) for entry in self.path.iterdir()):
+        if mine_only and not all(written_by_run(entry.name) for entry in self.path.iterdir()):
             return False
         return not read_jsonl(self.path / METRICS_FILE) and not any(step > 0 for step in self.checkpoint_dirs())
+
+    def taken(self) -> str:
+        """Why a new run cannot have this folder, and what to do instead: one line."""
+        if not self.read_status().get("started"):
+            return f"{self.path} already exists and is not a kforge run; pick another --name or --runs-dir"
+        if self.never_stepped(mine_only=False):
+            theirs = ", ".join(sorted(e.name for e in self.path.iterdir() if not written_by_run(e.name)))
+            return (f"{self.path} already exists: a run that never stepped, holding files kforge did not write "
+                    f"({theirs}); move them out to reuse the name, or pick another --name")
+        status, steps = self.effective_status(), self.summary()["steps"]
+        return (f"run {self.name} already exists at {self.path} ({status}, {steps} step(s)): continue it with "
+                f"`kforge train --resume {self.path}`, remove it with `kforge runs rm {self.path}`, or pick "
+                "another --name")
 
     def effective_status(self) -> str:
         """The written status, except that a 'running' run whose process is gone is 'crashed'."""

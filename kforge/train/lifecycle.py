@@ -36,21 +36,27 @@ class Resume:
     changes: dict[str, dict[str, Any]]  # key -> from, to, by
     done: int  # steps the run has done
     nothing_to_do: bool  # finished, and the config plans no step past `done`
+    start: int = 0  # the step it continues from: its newest checkpoint that can be used (0 without one)
 
 
 def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resume:
     """The run `spec` names, checked before any work: not running, its folder writable. Nothing is written."""
     run = find_run(spec, runs_dir or "runs")
+    if not run.config_path.is_file():  # what the loader would blame on --config, which the user did not give
+        raise UserError(f"run folder {run.path} has no {run.config_path.name} ({run.config_path}), so there is no "
+                        "config to resume with: put the run's config.yaml back, or start a new run with --name")
     written = resolve(None, run.config_path, [], environ={}).config
     resolved = resolve(None, run.config_path, overrides)
     status = run.effective_status()
-    if status == "running":
-        raise UserError(f"run {run.name} is still running (pid {run.read_status().get('pid')}); stop it first")
+    if status in ("starting", "running", "stopping"):  # a live process (a dead one's status reads "crashed")
+        raise UserError(f"run {run.name} is still {status} (pid {run.read_status().get('pid')}); stop it first "
+                        f"with `kforge runs stop {run.name}`")
     done = run.read_status().get("step") or run.summary()["steps"]
     nothing_to_do = status == "finished" and _nothing_to_do(resolved.config, done)
     if not nothing_to_do:
         check_writable(run.path, "run folder")
-    return Resume(run, resolved, config_changes(written, resolved), done, nothing_to_do)
+    last = run.last_checkpoint()  # a damaged newer one is passed over: the resume starts here, not at `done`
+    return Resume(run, resolved, config_changes(written, resolved), done, nothing_to_do, last["step"] if last else 0)
 
 
 def _nothing_to_do(cfg: KforgeConfig, done: int) -> bool:
@@ -93,18 +99,21 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
     else:
         run = resume.run
         for line in run.damaged_checkpoints():
-            say(f"warning: {line}; resuming from an earlier checkpoint")
+            say(f"warning: {line}; resuming from step {resume.start}, its newest checkpoint that can be used")
         for name in (METRICS_FILE, CHECKPOINTS_FILE):
             kept = drop_torn_line(run.path / name)
             if kept:
                 say(f"{name} ended in a torn line (a crash mid-write); dropped it, a copy is in {kept}")
         opened = OpenRun(run, cfg, resumed=True, before=run.read_status(),
                          config_before=run.config_path.read_text() if resume.changes else None)
+        # Alive from here, as a new run is from its folder's making: `runs logs -f`, `ls` and `watch` see this
+        # process (its pid) while the model loads, not the status the run ended with last time.
+        run.set_status("starting")
     opened.log_file = logging.FileHandler(opened.run.log_path)
     opened.log_file.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("kforge").addHandler(opened.log_file)
     if resume is not None and resume.changes:
-        _record_changes(opened.run, cfg, resume.changes, resume.done)  # read from the same status.json
+        _record_changes(opened.run, cfg, resume.changes, resume.start)  # the steps after it are redone with them
     return opened
 
 

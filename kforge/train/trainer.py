@@ -104,6 +104,7 @@ class Trainer:
     _sampler_after: dict[int, dict[str, int]] = field(default_factory=dict)
     _synced_version: int | None = None
     _learning: bool = False
+    _saving: bool = False  # stays set when a checkpoint's write raises: the failure was that checkpoint
 
     def __post_init__(self) -> None:
         ds = self.cfg.dataset
@@ -368,8 +369,9 @@ class Trainer:
         return {"time/checkpoint_s": time.time() - t0}
 
     def save_checkpoint(self, reason: str) -> Path:
-        state = {"sampler": self._sampler_after.get(self.step, self.sampler.state_dict())}
+        state, self._saving = {"sampler": self._sampler_after.get(self.step, self.sampler.state_dict())}, True
         path = self.run.write_checkpoint(self.step, lambda d: self.parts.learner.save_checkpoint(str(d)), state, reason)
+        self._saving = False
         log.info("checkpoint %s (%s)", path.relative_to(self.run.path), reason)
         return path
 
@@ -382,13 +384,12 @@ class Trainer:
         log.info("resumed from %s at step %d", ckpt_dir.name, self.step)
 
     def _save_what_we_can(self) -> None:
-        """On failure: a checkpoint when the learner is alive and was not in the middle of a step (its
-        state is then exactly that of `self.step`); otherwise the last checkpoint is where --resume starts."""
-        alive = getattr(self.parts.learner, "alive", lambda: True)()
-        if self._learning or not alive:
-            last = self.run.last_checkpoint()
-            log.error("the learner's state since %s is lost; --resume continues from there",
-                      last["path"] if last else "the start")
+        """On failure: a checkpoint when the learner is alive, not mid-step (its state is then exactly that of
+        `self.step`) and the failure was not a checkpoint's own write; else the last one is where --resume starts."""
+        if self._learning or self._saving or not getattr(self.parts.learner, "alive", lambda: True)():
+            what = (f"saving the checkpoint of step {self.step} failed; the newest one on disk is" if self._saving
+                    else "the learner's state is lost since")
+            log.error("%s %s; --resume continues from there", what, (self.run.last_checkpoint() or {}).get("path", "the start"))
             return
         try:
             self.save_checkpoint("failed")

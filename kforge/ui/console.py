@@ -87,6 +87,19 @@ def print_fields(title: str, rows: list[tuple[str, str | Text]], style: str = ""
         console.print(f"{key}: {value.plain if isinstance(value, Text) else value}", highlight=False, soft_wrap=True)
 
 
+def columns_that_fit(cells: dict[str, list[str]], width: int, by_value: tuple[str, ...]) -> list[str]:
+    """The columns of a boxed table (header -> its cells) that fit `width` whole, none wrapped: taken in the
+    order of `by_value` (the first always) while they fit, given back in the table's own order. A narrow
+    terminal loses its least useful columns instead of breaking every cell mid-word."""
+    kept, used = [], 1  # the left edge; each column adds its text, a space either side and its right edge
+    for name in by_value:
+        need = max([len(name)] + [len(c) for c in cells[name]]) + 3
+        if not kept or used + need <= width:
+            kept.append(name)
+            used += need
+    return [name for name in cells if name in kept]
+
+
 def fail(message: str, code: int = 2) -> "typer.Exit":
     """Print one clear line on stderr and return the Exit to raise (bad input: exit 2). The message is text,
     not markup: a setting like lora.target_modules=[q_proj] is printed as given."""

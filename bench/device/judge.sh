@@ -76,7 +76,7 @@ for s in "$@"; do
                  --copies $copies --rounds 1 --cache-dir "/tmp/kc-lat-$side"
                grep -E "medians|checks/min|not .correct" "$OUT/latency_1_$side.log" "$OUT/latency_16_$side.log" | cut -c1-400
              done ;;
-    load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers 4 \
+    load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers "${LOAD_WORKERS:-4}" \
             --rounds 3 --busy 2 --cache-dir /tmp/kc-load
           grep -E "rounds|not .correct|^   " "$OUT/load.log" | cut -c1-300 ;;
     loadattacks)

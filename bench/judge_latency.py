@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--timing-trials", type=int, default=None)
+    ap.add_argument("--startups", type=int, default=0, help="evaluator.startups_per_gpu (0: no limit)")
     ap.add_argument("--busy", type=int, default=0, help="processes loading the machine while it is measured")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--cache-dir", default=None)
@@ -200,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     items = candidates(args.set.split(","), rows, cols, not gpu)
     items = (items[:args.count] if args.count else items) * args.copies
     extra = {"timing_trials": args.timing_trials} if args.timing_trials else {}
-    cfg = EvaluatorConfig(workers_per_gpu=args.workers, cpu_workers=args.workers, **extra)
+    cfg = EvaluatorConfig(workers_per_gpu=args.workers, cpu_workers=args.workers, startups_per_gpu=args.startups,
+                          **extra)
     helpers = busy(args) if args.busy and not args.loop else []
     try:
         with EvalPool(cfg, devices=[0] if gpu else None, cache_dir=args.cache_dir) as pool:
@@ -224,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         for proc in helpers:
             proc.kill()
     print(f"device: {device}; torch {torch.__version__}; kforge from {sys.path[0]}; workers/GPU {args.workers}; "
-          f"busy processes beside: {args.busy}; timing trials {cfg.timing_trials}")
+          f"busy processes beside: {args.busy}; timing trials {cfg.timing_trials}; start-ups at once "
+          f"{cfg.startups_per_gpu or 'unlimited'}")
     heads = ("candidate", "verdict", "calls") + tuple(s.removesuffix("_s") for s in STAGES) + ("total s",)
     table = []
     last = verdicts[-1]

@@ -152,3 +152,48 @@ def test_no_worker_uses_the_device_while_another_times_on_it(tmp_path, monkeypat
     overlaps = [(a, b) for a in spans if a[1] == "timing" for b in spans
                 if b[0] != a[0] and a[2] < b[3] and b[2] < a[3]]
     assert overlaps == []
+
+
+def test_start_ups_beyond_the_limit_wait_holding_nothing(tmp_path, monkeypatch):
+    """`evaluator.startups_per_gpu`: with a limit of one, no two children (candidates, references, draws) are
+    between their fork and their READY at once, a start-up that waits holds no gate (so a timer never waits
+    for it), and three workers judging with timing on still finish, every verdict correct."""
+    good = (CANDIDATES / "relu_correct.py").read_text()
+    cfg = EvaluatorConfig(num_correct_trials=2, run_timeout_s=60.0, compile_timeout_s=120.0, timing_timeout_s=60.0,
+                          memory_limit_gb=4.0, cpu_workers=3, startups_per_gpu=1)
+    lock, state = threading.Lock(), {"now": 0, "most": 0, "held_while_waiting": []}
+    real_child, real_ask = PoolContext.child, drive.ask
+
+    def child(ctx, slot, kind, *args, **kwargs):
+        if kind in ("candidate", "reference"):
+            with lock:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+        return real_child(ctx, slot, kind, *args, **kwargs)
+
+    def ask(child_, request, expect, *args, **kwargs):
+        try:
+            return real_ask(child_, request, expect, *args, **kwargs)
+        finally:
+            if expect == P.READY:
+                with lock:
+                    state["now"] -= 1
+
+    with EvalPool(cfg, devices=None, cache_dir=tmp_path / "cache") as pool:
+        slot = pool._slots[0]
+        slot.gate = DeviceGate()
+        slot.startups = threading.BoundedSemaphore(cfg.startups_per_gpu)
+        real_starting = type(slot).starting
+
+        def starting(self):
+            state["held_while_waiting"].append(self.gate.holding())
+            return real_starting(self)
+
+        monkeypatch.setattr(type(slot), "starting", starting)
+        monkeypatch.setattr(PoolContext, "child", child)
+        monkeypatch.setattr(drive, "ask", ask)
+        problem = Problem(1, 9001, "9001_Tiny_ReLU", RELU)
+        verdicts = [f.result(timeout=600) for f in [pool.submit(problem, good) for _ in range(4)]]
+    assert [v.status for v in verdicts] == [Status.CORRECT] * 4, [v.details.get("reason") for v in verdicts]
+    assert state["most"] == 1 and state["now"] == 0, state
+    assert len(state["held_while_waiting"]) >= 5 and set(state["held_while_waiting"]) == {None}, state

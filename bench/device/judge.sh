@@ -23,6 +23,7 @@
 #               (SIDES=this: only this checkout)
 #   load        the honest small kernels, KernelBench candidates and built-in solutions judged 3 times beside
 #               a busy pool and a CPU spinner (flags counted)
+#   startups    16 workers with evaluator.startups_per_gpu 0 (no limit), 2, 4, then 0 again (STARTUPS=...)
 #   loadattacks the corpus rows of ATTACKS (default: the deferral attacks and round 5's holes) judged while a
 #               busy pool and a CPU spinner run beside them
 set -uo pipefail
@@ -79,6 +80,11 @@ for s in "$@"; do
     load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers "${LOAD_WORKERS:-4}" \
             --rounds 3 --busy 2 --cache-dir /tmp/kc-load
           grep -E "rounds|not .correct|^   " "$OUT/load.log" | cut -c1-300 ;;
+    startups) for n in ${STARTUPS:-0 2 4 0}; do  # the same pool with start-ups limited, interleaved on one machine
+                KFORGE_BENCH_ROOT=$PWD run "startups_$n" 150 python3 bench/judge_latency.py --workers 16 --copies 6 \
+                  --rounds 1 --startups "$n" --cache-dir /tmp/kc-startups
+                grep -E "medians|checks/min|re-measured" "$OUT/startups_$n.log" | cut -c1-300
+              done ;;
     loadattacks)
       python3 -c "while True: pass" & spin=$!
       KFORGE_KERNELBENCH=$KB setsid python3 bench/judge_latency.py --loop --set gen,kb,builtin --workers 4 \
@@ -87,7 +93,7 @@ for s in "$@"; do
       run loadattacks 400 python3 bench/gpu_evaluator_corpus.py --only "${ATTACKS:-$ROUND5}" --cache-dir /tmp/kc-la
       kill "$spin"; kill -- -"$busy" 2>/dev/null
       grep -E "MISMATCH|as expected|attacks/" "$OUT/loadattacks.log" | cut -c1-220 ;;
-    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only, latency, load, loadattacks)" ;;
+    *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only, latency, load, startups, loadattacks)" ;;
   esac
 done
 cat "$OUT/summary.txt"

@@ -246,6 +246,9 @@ class EvaluatorConfig(Section):
     timing_ratio: float = Field(2.0, ge=1.0, description="flag timing_inconsistent when the parent's clock says "
                                 "the calls took more than this times what the child reported; a speedup never "
                                 "exceeds this times what the parent's clock allows")
+    startups_per_gpu: int = Field(0, ge=0, description="children of one GPU that may be starting at once (fork to "
+                                  "READY: CUDA context, imports, model); 0: no limit. Contexts are made one at a "
+                                  "time by the driver, and a timer waits for every start-up under way")
     timing_rechecks: int = Field(2, ge=1, description="paired re-measures beside a trusted twin before a timing "
                                  "flag (recheck.py): the flag stands only when every one shows it; each costs a "
                                  "fresh reference child and 16 pairs of calls, made only for a candidate already "

@@ -344,6 +344,11 @@ class Slot:
     zygote: Zygote
     gpu_name: str = "cpu"
     gate: DeviceGate | None = None  # a GPU's own; the CPU has none (its timing means nothing to protect)
+    # At most this many children starting at once (evaluator.startups_per_gpu; None: no limit). A child makes
+    # its CUDA context at fork, holding the gate shared, and the driver makes contexts one at a time: 16 that
+    # start together hold the gate ~2.8 s each on an H100 (0.24 s alone), and every timer waits for them all.
+    # Waiting here holds nothing, so a timer waits for at most this many start-ups.
+    startups: threading.BoundedSemaphore | None = None
 
     def __post_init__(self) -> None:
         if self.gate is None and self.on_gpu:
@@ -366,6 +371,16 @@ class Slot:
     def timing(self) -> Any:
         """Held while a child is timed: no other GPU work of the pool runs on this device meanwhile."""
         return self.gate.exclusive() if self.gate is not None else contextlib.nullcontext()
+
+    def starting(self) -> Any:
+        """Held from before a child's fork (and before the gate's shared hold) to its READY. Never asked for
+        while this thread holds the gate: a start-up waiting for the gate behind a timer must not be what a
+        shared holder waits for."""
+        if self.startups is None:
+            return contextlib.nullcontext()
+        if self.gate is not None and self.gate.holding() is not None:
+            raise RuntimeError("a start-up slot asked for while this thread holds the gate")
+        return self.startups
 
     def gpu_work(self) -> Any:
         """Held while a child does any other GPU work (start-up, trials, a reference run): several at once."""

@@ -78,7 +78,11 @@ class Examination(TimingStage):
         # The GPU's gate (gate.py): the start-up and the trials share it with the other workers' GPU work,
         # timing has it alone; every hold is released on every path out. A child starts CUDA and puts the
         # model's weights on the device as soon as it is forked, unasked: the start-up's hold comes first.
+        # A start-up slot (Slot.starting) first, holding nothing, then the gate; the slot ends at READY.
+        starting = contextlib.ExitStack()
+        starting.enter_context(self.slot.starting())
         with contextlib.ExitStack() as setting_up:
+            setting_up.push(starting)  # a fork that fails gives the slot back too
             setting_up.enter_context(self.slot.gpu_work())
             self._spawn()
             start_up = setting_up.pop_all()
@@ -86,7 +90,8 @@ class Examination(TimingStage):
         self.durations["fork_s"] = self.child.fork_s
         try:
             with start_up:
-                self._import()
+                with starting:
+                    self._import()
                 self._first_call()
             self._inputs()  # holding nothing: the draw it waits for needs a hold of its own
             with self.slot.gpu_work():
@@ -114,6 +119,7 @@ class Examination(TimingStage):
             why = own_words(str(exc)[:200], self.job["code"], self.problem_code)  # it may quote the child
             self.v.details["reason"] = f"the child broke the evaluation protocol ({why or type(exc).__name__})"
         finally:
+            starting.close()
             start_up.close()
             self.child.close()
         return self.v

@@ -17,6 +17,7 @@ import concurrent.futures as cf
 import queue
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ class EvalPool:
                 env = sandbox.clean_env(CUDA_VISIBLE_DEVICES=gpus.physical_id(index))
                 slot = Slot(index, Zygote(f"cuda{index}", env, work / f"zygote-cuda{index}.log"))
                 slot.gpu_name = gpus.gpu_name(index)
+                if cfg.startups_per_gpu:
+                    slot.startups = threading.BoundedSemaphore(cfg.startups_per_gpu)
                 self._slots.append(slot)
             per_slot = cfg.workers_per_gpu
         self._tokens: queue.Queue[Slot] = queue.Queue()

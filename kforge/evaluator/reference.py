@@ -194,13 +194,17 @@ class ReferenceCache:
         # The GPU's gate (gate.py): the start-up (the child begins it at fork, unasked), the trials and a
         # draw's calls share it with the pool's other GPU work; the timed calls below have it alone, so
         # the shared hold ends before they ask.
+        starting = contextlib.ExitStack()  # a start-up slot (Slot.starting) before the gate, ended at READY
+        starting.enter_context(slot.starting())
         with contextlib.ExitStack() as setting_up:
+            setting_up.push(starting)  # a fork that fails gives the slot back too
             setting_up.enter_context(slot.gpu_work())
             child = start_reference(self.ctx, slot, problem.code, init_seed)
             shared = setting_up.pop_all()
         failed = Reference([], [], {}, [], [], [])
         try:
-            ready = await_ready(child, cfg.compile_timeout_s)
+            with starting:
+                ready = await_ready(child, cfg.compile_timeout_s)
             deadline = time.monotonic() + cfg.run_timeout_s
             # A first run tells the outputs' shapes, hence the arena's layout; nothing is read from it.
             probe, _ = drive.trial(child, -1, trial_seeds[0], False, None, None, P.ALL, deadline)
@@ -284,6 +288,7 @@ class ReferenceCache:
         except Exception as exc:  # noqa: BLE001 - outputs the arena cannot hold (a dtype it does not know), ...
             failed.error = f"the reference cannot be judged here: {str(exc)[:300]}"
         finally:
+            starting.close()
             shared.close()
             child.close()
         return failed

@@ -211,6 +211,23 @@ def test_low_coverage_samples_are_rejected_before_grouping():
     assert stats["rejected_low_coverage"] == 0.0 and max(s.advantage for s in samples) == pytest.approx(5 - 1.5)
 
 
+def test_a_turn_the_reference_failed_is_left_out_of_its_group_and_the_loss():
+    """An H100 beside a busy pool: KernelBench 94's reference ran out of memory, and an honest kernel got
+    `unsupported` (reference_error), about the reward of a kernel that does not compile. Such a turn says
+    nothing of the answer: it is left out before grouping and counted; the group is the other three."""
+    from kforge.evaluator.verdict import Status, Verdict
+
+    spoiled = _turn(0, 0.0)
+    spoiled.verdict = Verdict(Status.UNSUPPORTED, details={"reference_error": True})
+    trajectories = [Trajectory("P", 0, [_turn(0, 1.0)]), Trajectory("P", 1, [spoiled]),
+                    Trajectory("P", 2, [_turn(0, 0.0)]), Trajectory("P", 3, [_turn(0, 0.0)])]
+    assign_returns(trajectories, gamma=0.0)
+    samples, stats = build_samples(trajectories, LearnerConfig(loss_fn="dr_grpo"))
+    assert stats["unjudged_left_out"] == 1.0 and stats["samples"] == 3
+    assert [s.advantage for s in samples] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    assert trajectories[1].turns[0].advantage == 0.0
+
+
 def test_coverage_that_is_never_measured_is_reported_and_warned_about(caplog):
     """The profiler gives no total (API drift): every correct GPU verdict has coverage None, so
     min_coverage and the coverage-scaled speed reward do nothing. Before, nothing said so."""

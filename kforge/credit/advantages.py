@@ -51,6 +51,12 @@ def low_coverage(turn: Turn, min_coverage: float | None) -> bool:
     return min_coverage is not None and coverage is not None and coverage < min_coverage
 
 
+def unjudged(turn: Turn) -> bool:
+    """The turn's verdict is the reference's failure, not the candidate's (evaluator: `reference_error`, e.g. the
+    reference out of memory beside a busy pool): its score says nothing of the answer."""
+    return turn.verdict is not None and bool(turn.verdict.details.get("reference_error"))
+
+
 def coverage_stats(turns: list[Turn], coverage_in_use: bool) -> dict[str, float]:
     """Correct GPU verdicts (correct, timing meaningful: not the CPU interpreter), the share of them with a
     measured coverage (1 when there are none), and whether a coverage setting is on but blind."""
@@ -102,9 +108,13 @@ def build_samples(
     correct_score = reward.correctness_weight if reward is not None else 0.0
     coverage_scaled_speed = reward is not None and reward.coverage_scaled_speed
     groups: dict[tuple[str, int], list[Turn]] = defaultdict(list)
-    rejected = 0
+    rejected = unjudged_turns = 0
     for trajectory in trajectories:
         for turn in trajectory.turns:
+            if unjudged(turn):  # no signal, and its near-zero score would drag its group's baseline down
+                unjudged_turns += 1
+                turn.advantage = 0.0
+                continue
             if low_coverage(turn, cfg.min_coverage):
                 rejected += 1
                 turn.advantage = 0.0
@@ -149,6 +159,7 @@ def build_samples(
         "groups_kept": float(len(groups) - dropped),
         "groups_dropped": float(dropped),
         "rejected_low_coverage": float(rejected),
+        "unjudged_left_out": float(unjudged_turns),
         "truncated_left_out": float(truncated),
         "samples": float(len(samples)),
         "return_mean": _mean(all_returns),

@@ -27,7 +27,8 @@ The tests, declared here before any run (bench/learning_stats.py):
 
 Files in --out: curriculum/ (problems.jsonl, sft_pairs.jsonl, curriculum.json), warm/ (the adapter), gate.json,
 runs/{real,shuffled,control}/, logs/*.out, eval_{real,shuffled,control}.json, curve.png (if matplotlib),
-results.json. Exit 0 only when the primary test holds against both controls.
+results.json. Exit 0 only when the primary test holds against both controls. With --resume, what an earlier run
+into --out finished is kept and what it started continues (see `kept_curriculum`, `complete`, `run_state`).
 
     python bench/learning_gpu.py --out /tmp/lg --gpus 0,1,2                    # GPU: one arm per GPU, vLLM
     python bench/learning_gpu.py --cpu --out /tmp/lg-cpu --train 4 --heldout 2 --rows 4 --cols 64 --steps 2 \\
@@ -49,10 +50,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import learning_stats as stats  # noqa: E402  (the declared tests, pure functions)
+from kforge.runs.checkpoints import CHECKPOINTS_DIR, CKPT_PREFIX  # noqa: E402
 
 ARMS = {"real": [], "shuffled": ["learner.shuffle_advantages=true"], "control": ["learner.learning_rate=0"]}
 CONTROLS = ("shuffled", "control")
 PRESET = "learn"
+SAVE_EVERY = 4  # steps between an arm's checkpoints: a run a device session cut short resumes from the last
 MIN_HELDOUT_SAMPLES = 240  # per arm, declared: the power helper's 231 for 20 % -> 30 %, rounded up
 CURRICULUM_KNOBS = ("train", "heldout", "depth", "inputs", "reduce_share", "rows", "cols")
 
@@ -91,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stagger-s", type=float, default=120.0, help="longest wait for one run's engine to be up "
                     "before the next run starts (vLLM misreads memory another process frees while it starts)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true", help="keep what an earlier run into --out finished (a device "
+                    "session may end mid-bench; its folder carried to the next): the curriculum when its knobs "
+                    "match, the warm start, complete results files; unfinished runs and evals continue")
     return ap.parse_args(argv)
 
 
@@ -198,10 +204,55 @@ def run(name: str, argv: list[str], out: Path) -> None:
 
 
 
+# ------------------------------------------------------------------------------------------- resuming
+
+
+def kept_curriculum(args: argparse.Namespace) -> bool:
+    """With --resume, whether OUT/curriculum is the one these knobs ask for (then it is kept); one that was
+    generated with other knobs stops the bench: nothing of a different experiment is mixed in."""
+    manifest = args.out / "curriculum" / "curriculum.json"
+    if not (args.resume and manifest.is_file()):
+        return False
+    knobs = json.loads(manifest.read_text()).get("knobs", {})
+    want = {k: getattr(args, k) for k in CURRICULUM_KNOBS} | {"seed": args.seed}
+    differ = {k: (knobs.get(k), v) for k, v in want.items() if knobs.get(k) != v}
+    if differ:
+        raise SystemExit(f"--resume: {manifest} was generated with other knobs ({differ}: was, asked); "
+                         "give another --out or the same knobs")
+    return True
+
+
+def complete(results: Path, n: int) -> bool:
+    """A `kforge eval` results file holding all n samples (an interrupted one holds fewer)."""
+    try:
+        return len(json.loads(results.read_text())["samples"]) >= n
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def run_state(run_dir: Path, steps: int) -> str:
+    """'done' (finished with its steps), 'resume' (a checkpoint to continue from) or 'new' (no step yet); a run
+    with steps but no checkpoint cannot continue, and kforge never reuses its folder: the bench stops."""
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        status = {}
+    if status.get("status") == "finished" and max(curve(run_dir), default=0) >= steps:
+        return "done"
+    if any((run_dir / CHECKPOINTS_DIR).glob(CKPT_PREFIX + "*")):
+        return "resume"
+    if curve(run_dir):
+        raise SystemExit(f"--resume: {run_dir} has steps but no checkpoint to continue from (they come every "
+                         f"{SAVE_EVERY} steps); move it out of {run_dir.parent} to run that arm again")
+    return "new"
+
+
 # ------------------------------------------------------------------------------------------- reading results
 
 
 def curve(run_dir: Path, key: str = "rate/correct") -> dict[int, float]:
+    if not (run_dir / "metrics.jsonl").is_file():
+        return {}
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {int(r["step"]): float(r[key]) for r in rows if key in r}
 
@@ -297,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
 
     say(f"1. curriculum: {args.train} train and {args.heldout} held-out elementwise problems (seed {args.seed})")
-    run("generate", generate_argv(args), args.out)
+    if kept_curriculum(args):
+        say("   kept (--resume): the same knobs and seed")
+    else:
+        run("generate", generate_argv(args), args.out)
     source = args.out / "curriculum" / "problems.jsonl"
     base, shared, warm = ["--preset", PRESET], common(args, source), args.out / "warm"
     if args.heldout * args.eval_samples < MIN_HELDOUT_SAMPLES:
@@ -305,14 +359,21 @@ def main(argv: list[str] | None = None) -> int:
             f"arm, fewer than the {MIN_HELDOUT_SAMPLES} the primary test is declared with: plumbing, not evidence")
 
     say(f"2. warm start on the {args.train} training pairs")
-    run("sft", ["sft", *base, "--data", str(args.out / "curriculum" / "sft_pairs.jsonl"), "--out", str(warm),
-                "--epochs", str(args.sft_epochs), "--lr", str(args.sft_lr), *shared], args.out)
+    if args.resume and (warm / "sft.json").is_file():
+        say("   kept (--resume)")
+    else:
+        run("sft", ["sft", *base, "--data", str(args.out / "curriculum" / "sft_pairs.jsonl"), "--out", str(warm),
+                    "--epochs", str(args.sft_epochs), "--lr", str(args.sft_lr), *shared], args.out)
     say("   " + json.dumps(json.loads((warm / "sft.json").read_text())["epochs"]))
 
     say(f"3. gate: {args.gate_samples} samples of the warm start on each of the {args.heldout} held-out problems")
     gate_file = args.out / "gate.json"
-    run("gate", ["eval", str(warm), *base, "--split", "test", "--samples", str(args.gate_samples), "--turns", "1",
-                 "--out", str(gate_file), *shared, *gpu_of(args, 0)], args.out)
+    if args.resume and complete(gate_file, args.heldout * args.gate_samples):
+        say("   kept (--resume): every sample is in gate.json")
+    else:
+        run("gate", ["eval", str(warm), *base, "--split", "test", "--samples", str(args.gate_samples), "--turns", "1",
+                     "--out", str(gate_file), *shared, *gpu_of(args, 0)]
+            + (["--resume"] if args.resume and gate_file.is_file() else []), args.out)
     gate_mix = stats.error_mix(outcomes(gate_file).values())
     rate = gate_mix["correct"] / gate_mix["n"] if gate_mix["n"] else 0.0
     results["gate"] = {**gate_mix, "rate": rate}
@@ -330,15 +391,22 @@ def main(argv: list[str] | None = None) -> int:
                    str(args.steps), *gpu_of(args, i, train=True),
                    *shared, f"model.checkpoint={warm}", f"dataset.batch_size={args.batch}",
                    f"dataset.group_size={args.group}", f"dataset.epochs={-(-args.steps * args.batch // args.train)}",
-                   f"learner.learning_rate={args.lr}", "log.save_every=0",
+                   f"learner.learning_rate={args.lr}", f"log.save_every={SAVE_EVERY}",
                    "log.eval_every=0", "log.tensorboard=false", f"evaluator.workers_per_gpu={max(1, args.workers // 2)}",
                    *extra]
              for i, (arm, extra) in enumerate(ARMS.items())}
+    state = {arm: run_state(runs_dir / arm, args.steps) if args.resume else "new" for arm in ARMS}
+    for i, arm in enumerate(ARMS):  # a run a device session cut short continues from its last checkpoint
+        if state[arm] == "resume":
+            argvs[arm] = ["train", "--resume", str(runs_dir / arm), "--plain", "--max-steps", str(args.steps),
+                          *gpu_of(args, i, train=True)]
+    say("   " + ", ".join(f"{arm}: {state[arm]}" for arm in ARMS) if args.resume else "   every run new")
+    argvs = {arm: argv for arm, argv in argvs.items() if state[arm] != "done"}
     logs = {arm: args.out / "logs" / f"{arm}.out" for arm in ARMS}
     if args.cpu:  # one at a time: three models on two cores only slow each other
-        for arm in ARMS:
+        for arm in argvs:
             finish({arm: start(argvs[arm], logs[arm])}, logs)
-    else:
+    elif argvs:
         side_by_side(argvs, logs, runs_dir, args.stagger_s)
     curves = {arm: curve(runs_dir / arm) for arm in ARMS}
     shown = sorted(set.intersection(*(set(c) for c in curves.values())))
@@ -346,10 +414,11 @@ def main(argv: list[str] | None = None) -> int:
 
     say(f"5. held out: every arm's last checkpoint, {args.eval_samples} samples per problem, the same requests")
     files = {arm: args.out / f"eval_{arm}.json" for arm in ARMS}
+    todo = [arm for arm in ARMS if not (args.resume and complete(files[arm], args.heldout * args.eval_samples))]
     evals_side_by_side(args, {arm: ["eval", str(runs_dir / arm), "--split", "test", "--samples", str(args.eval_samples),
-                                    "--turns", "1", "--out", str(files[arm]), *shared,
-                                    *gpu_of(args, i)]
-                              for i, arm in enumerate(ARMS)}, files)
+                                    "--turns", "1", "--out", str(files[arm]), *shared, *gpu_of(args, i)]
+                              + (["--resume"] if args.resume and files[arm].is_file() else [])
+                              for i, arm in enumerate(ARMS) if arm in todo}, files)
     report = stats.heldout_report({arm: outcomes(files[arm]) for arm in ARMS}, seed=args.seed)
     curve_test = curve_tests(curves)
     lines = report_lines(report, curve_test)

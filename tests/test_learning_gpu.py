@@ -110,3 +110,71 @@ def test_a_run_whose_start_failed_is_started_again_and_a_later_failure_stops_the
     with pytest.raises(SystemExit, match="train control failed"):
         lg.side_by_side({arm: [arm] for arm in lg.ARMS}, logs, runs, stagger_s=5.0)
     assert calls == ["real", "shuffled", "shuffled", "control"]  # control failed after a step: not redone
+
+
+def test_resume_keeps_what_an_earlier_session_finished_and_continues_the_rest(tmp_path: Path, monkeypatch):
+    """A device session ends mid-bench; its folder is carried to the next and the bench runs again with --resume.
+    Kept: the curriculum (same knobs), the warm start, a complete gate and a complete eval, a finished run.
+    Continued: a run with a checkpoint (`kforge train --resume`), a partial eval (`--resume`). Started: the rest."""
+    out = tmp_path / "lg"
+    args = ["--out", str(out), "--cpu", "--train", "5", "--heldout", "2", "--steps", "4", "--gate-samples", "2",
+            "--eval-samples", "2", "--gate-low", "0", "--gate-high", "1"]
+    parsed = lg.parse_args(args)
+    (out / "curriculum").mkdir(parents=True)
+    knobs = {k: getattr(parsed, k) for k in lg.CURRICULUM_KNOBS} | {"seed": 0}
+    (out / "curriculum" / "curriculum.json").write_text(json.dumps({"knobs": knobs}))
+    (out / "warm").mkdir()
+    (out / "warm" / "sft.json").write_text(json.dumps({"epochs": []}))
+
+    def results(n: int) -> str:
+        return json.dumps({"samples": [{"problem_key": f"1/{i // 2}", "sample": i % 2,
+                                        "verdict": {"status": "correct" if i % 2 else "incorrect", "flags": []}}
+                                       for i in range(n)]})
+
+    def metrics(run: Path, steps: int) -> None:
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "rate/correct": 0.5}) + "\n"
+                                                   for s in range(1, steps + 1)))
+
+    (out / "gate.json").write_text(results(4))
+    runs = out / "runs"
+    metrics(runs / "real", 4)
+    (runs / "real" / "status.json").write_text(json.dumps({"status": "finished"}))
+    metrics(runs / "shuffled", 2)
+    (runs / "shuffled" / "checkpoints" / "step_000002").mkdir(parents=True)
+    (out / "eval_real.json").write_text(results(4))
+    (out / "eval_shuffled.json").write_text(results(1))
+    launched: list[list[str]] = []
+
+    class Done:
+        returncode = 0
+
+        def wait(self) -> int:
+            return 0
+
+        def poll(self) -> int:
+            return 0
+
+    def start(argv: list[str], log: Path) -> Done:
+        launched.append(argv)
+        if argv[0] == "eval":
+            Path(argv[argv.index("--out") + 1]).write_text(results(4))
+        if argv[0] == "train":
+            run = Path(argv[argv.index("--resume") + 1]) if "--resume" in argv else runs / argv[argv.index("--name") + 1]
+            metrics(run, 4)
+        return Done()
+
+    monkeypatch.setattr(lg, "start", start)
+    assert lg.main(args + ["--resume"]) in (0, 1)
+    trains = [a for a in launched if a[0] == "train"]
+    evals = [a for a in launched if a[0] == "eval"]
+    assert not [a for a in launched if a[0] in ("problems", "sft")]  # kept
+    assert [a[:3] for a in trains] == [["train", "--resume", str(runs / "shuffled")], ["train", "--preset", "learn"]]
+    assert "--name" in trains[1] and trains[1][trains[1].index("--name") + 1] == "control"
+    assert [a[1] for a in evals] == [str(runs / "shuffled"), str(runs / "control")]  # the gate and real's: kept
+    assert "--resume" in evals[0] and "--resume" not in evals[1]
+    assert json.loads((out / "results.json").read_text())["heldout"]["arms"]["real"]["n"] == 4
+
+    (out / "curriculum" / "curriculum.json").write_text(json.dumps({"knobs": knobs | {"depth": 9}}))
+    with pytest.raises(SystemExit, match="other knobs"):
+        lg.main(args + ["--resume"])

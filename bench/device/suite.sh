@@ -4,6 +4,8 @@
 #   bash bench/device/suite.sh env selfcheck rollout learner learner_speed learner_pack train eval split ...
 #   bash bench/device/suite.sh learning          # the learning evidence, started in the background
 #   bash bench/device/suite.sh learning_status   # its progress; results, curve and metrics into $OUT
+#   bash bench/device/suite.sh learning_save     # what a later session resumes from: $OUT/lg-state.tar
+#   LG_STATE=.devcarry/lg-state.tar bash bench/device/suite.sh learning   # carried back: --resume from it
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -71,10 +73,19 @@ w('/root/m7b', arch='qwen2', hidden=3584, layers=28, heads=28, kv_heads=4, inter
     learning)  # bench/learning_gpu.py in the background (its time on a GPU not yet measured), from a frozen copy of the checkout;
                # LG_ARGS adds flags (e.g. LG_ARGS="--steps 16 --gpus 0,1,2"); `learning_status` reports
       if pgrep -f "bench/learning_gpu.py" > /dev/null; then echo "learning: already running"; continue; fi
-      rm -rf /root/kf-lg /root/lg && mkdir -p /root/kf-lg /root/lg && cp -r kforge bench presets pyproject.toml /root/kf-lg/
+      rm -rf /root/kf-lg /root/lg && mkdir -p /root/kf-lg /root/lg/out && cp -r kforge bench presets pyproject.toml /root/kf-lg/
+      if [ -n "${LG_STATE:-}" ]; then tar -C /root/lg/out -xf "$LG_STATE" && LG_ARGS="${LG_ARGS:-} --resume"; fi
       (cd /root/kf-lg && PYTHONPATH=/tmp/site:/root/kf-lg:/tmp/pkgs setsid nohup python3 bench/learning_gpu.py \
          --out /root/lg/out ${LG_ARGS:-} > /root/lg/bench.log 2>&1 < /dev/null &)
       sleep 2; echo "learning: started (log /root/lg/bench.log)"; cat /root/lg/bench.log ;;
+    learning_save)  # the curriculum, the warm start, results files, each run's files and newest checkpoint only
+      ( cd /root/lg/out 2>/dev/null || exit 0
+        keep="curriculum warm $(ls gate.json eval_*.json results.json 2>/dev/null | tr '\n' ' ')"
+        for r in runs/*/; do
+          keep="$keep $(ls -d "$r"*.json "$r"*.jsonl "$r"*.yaml 2>/dev/null | tr '\n' ' ')"
+          newest=$(ls -d "$r"checkpoints/step_* 2>/dev/null | tail -n 1); [ -n "$newest" ] && keep="$keep $newest"
+        done
+        tar -cf "$OUT/lg-state.tar" $keep && du -h "$OUT/lg-state.tar" ) ;;
     learning_status)
       pgrep -f "bench/learning_gpu.py" > /dev/null && echo "learning: running" || echo "learning: not running"
       tail -n 45 /root/lg/bench.log 2>/dev/null | cut -c1-400

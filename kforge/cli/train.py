@@ -67,7 +67,7 @@ def train(
     resolved = target.resolved if target is not None else load_config(preset or "default", config, extra)
     cfg = resolved.config
     plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg),
-                          pipelined=cfg.rollout.max_staleness >= 1)
+                          pipelined=cfg.rollout.pipelined)
     # The pre-flight asks the hub once and reads a cached model offline when it cannot be reached, so it goes
     # before anything else reads the model's config (fitting the context would retry the hub first). A dry
     # run asks it too: a plan that the real start would refuse a second later is no plan.

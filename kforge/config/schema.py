@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kforge.config.losses import loss_rule
 from kforge.config.reward_order import order_problem
 
 
@@ -112,16 +113,40 @@ class RolloutConfig(Section):
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
     sleep_between_phases: bool = Field(True, description="sleep the engine while the learner shares its GPU")
-    max_staleness: int = Field(0, ge=0, description="policy versions rollouts may lag; 0 = on-policy, 1 = the next "
-                               "step's rollouts run during the learner's step (on GPUs split from the learner's)")
+    mode: Literal["step", "continuous"] = Field(
+        "step", description="step: a step's rollouts all end before its learner step (one step ahead with "
+        "max_staleness=1); continuous: each GRPO group (one problem x group_size chains) joins a learner batch "
+        "once all its chains stopped, the learner takes the first dataset.batch_size completed groups (oldest "
+        "start version first) and a new group starts as soon as admission allows (max_staleness, "
+        "max_groups_in_flight). On a split placement generation goes on while the learner trains; colocated "
+        "(or on a CPU) engine calls pause during the learner's step (the engines sleep) while evaluations go on")
+    max_staleness: int = Field(0, ge=0, validate_default=True, description="policy versions rollouts may lag; 0 = "
+                               "on-policy, 1 = the next "
+                               "step's rollouts run during the learner's step (on GPUs split from the learner's); "
+                               "continuous mode: the bound of its admission (1 or more), a completed group "
+                               "older than it when the learner takes it is dropped")
+    max_groups_in_flight: int = Field(0, ge=0, description="continuous mode: groups started and not yet complete "
+                                      "at once; 0 = 2 x dataset.batch_size")
 
     @field_validator("max_staleness")
     @classmethod
-    def _one_step_ahead(cls, value: int) -> int:
+    def _one_step_ahead(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("mode") == "continuous":
+            if value < 1:
+                raise ValueError("continuous mode needs rollout.max_staleness=1 or more (0 would wait for every group: "
+                                 "that is rollout.mode=step)")
+            return value
         if value > 1:  # the trainer starts at most one step ahead, so a larger lag would never happen
             raise ValueError(f"{value} is more than kforge does: rollouts run at most one step ahead of the learner; "
-                             "use 0 (on-policy) or 1 (pipelined)")
+                             "use 0 (on-policy) or 1 (pipelined), or rollout.mode=continuous")
         return value
+
+    @property
+    def pipelined(self) -> bool:
+        """The next step's rollouts start while the learner trains (step mode, max_staleness=1): the planner
+        splits the GPUs for it. Continuous mode takes the plan an on-policy run gets."""
+        return self.mode == "step" and self.max_staleness >= 1
+
     hf_batch_size: int = Field(8, gt=0, description="prompts per generate() call of the hf backend")
     request_timeout_s: float = Field(1800.0, gt=0.0, description="deadline of one call to the rollout engine "
                                      "(a generation queued behind a whole step's others, an adapter load)")
@@ -327,6 +352,19 @@ class KforgeConfig(BaseModel):
             raise ValidationError.from_exception_data(
                 type(self).__name__, [InitErrorDetails(type=error, loc=("reward",), input=self.reward.model_dump())]
             )
+        return self
+
+    @model_validator(mode="after")
+    def _clipped_when_stale(self) -> "KforgeConfig":
+        """Samples two or more versions behind need the clipped, importance-corrected loss (ppo, grpo, dr_grpo):
+        a loss without the clip moves the policy by an unbounded step on them."""
+        loss = self.learner.loss_fn
+        if self.rollout.max_staleness >= 2 and loss_rule(loss).surrogate != "clipped":
+            error = PydanticCustomError("stale_unclipped", f"{loss} has no clipped importance ratio, which samples "
+                                        f"rollout.max_staleness={self.rollout.max_staleness} versions behind need: "
+                                        "use ppo, grpo or dr_grpo, or rollout.max_staleness=1")
+            raise ValidationError.from_exception_data(
+                type(self).__name__, [InitErrorDetails(type=error, loc=("learner", "loss_fn"), input=loss)])
         return self
 
     @property

@@ -189,7 +189,7 @@ def check_placement(cfg: KforgeConfig) -> list[CheckResult]:
 
     chosen = cfg.placement.chosen()
     try:
-        plan = plan_placement(None, chosen, pipelined=cfg.rollout.max_staleness >= 1)
+        plan = plan_placement(None, chosen, pipelined=cfg.rollout.pipelined)
     except UserError as exc:  # a PlacementError, or the GpuIndexError of a GPU that is not there
         return [CheckResult("placement", "fail", str(exc), "fix placement.* (or --gpus), or CUDA_VISIBLE_DEVICES")]
     return [CheckResult("placement", "pass", plan.describe().removeprefix("placement: "))]

@@ -110,6 +110,8 @@ class EpisodeRunner:
     inflight: InFlight = field(default_factory=InFlight)
     # Entered around every engine call (training: marks the rollout GPUs busy for timed runs to see).
     engine_busy: Callable[[], Any] = contextlib.nullcontext
+    # Awaited around every engine call (continuous rollouts: `EngineGate.passage`, shut during a colocated step).
+    engine_gate: Callable[[], Any] = contextlib.nullcontext
 
     @classmethod
     def from_config(cls, cfg: "KforgeConfig", backend: Any, judge: JudgeFn,
@@ -130,9 +132,9 @@ class EpisodeRunner:
             if on_turn is not None:
                 on_turn(trajectory, turn)
 
-        trajectories = await run_episodes(jobs, _Timed(self.backend, stats, self.inflight, self.engine_busy), self.builder,
-                                          lambda p, c, b: self._evaluate(p, c, b, stats), self.cfg,
-                                          policy_version, on_turn=turn_done, seed=seed)
+        engine = _Timed(self.backend, stats, self.inflight, self.engine_busy, self.engine_gate)
+        trajectories = await run_episodes(jobs, engine, self.builder, lambda p, c, b: self._evaluate(p, c, b, stats),
+                                          self.cfg, policy_version, on_turn=turn_done, seed=seed)
         stats.wall_s = time.time() - t0
         return Rollouts(trajectories, stats)
 
@@ -169,13 +171,17 @@ class _Timed:
     """The rollout backend with the time spent in engine calls added to one phase's statistics."""
 
     def __init__(self, backend: Any, stats: RolloutStats, inflight: InFlight,
-                 busy: Callable[[], Any] = contextlib.nullcontext) -> None:
-        self._backend, self._stats, self._inflight, self._busy = backend, stats, inflight, busy
+                 busy: Callable[[], Any] = contextlib.nullcontext, gate: Callable[[], Any] = contextlib.nullcontext) -> None:
+        self._backend, self._stats, self._inflight, self._busy, self._gate = backend, stats, inflight, busy, gate
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
     async def agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None = None) -> Any:
+        async with self._gate():
+            return await self._agenerate(requests, on_completion)
+
+    async def _agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None) -> Any:
         t0 = time.time()
         self._inflight.generations += len(requests)
         try:

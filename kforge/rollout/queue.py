@@ -8,7 +8,8 @@ a time (hf) gets, whenever it is free, one batch of every request that is waitin
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from typing import Any, AsyncIterator
 
 from kforge.rollout.base import Completion, GenerationRequest
 
@@ -54,3 +55,35 @@ class GenerationQueue:
             for (_, fut), completion in zip(batch, outs):
                 if not fut.done():
                     fut.set_result(completion)
+
+
+class EngineGate:
+    """Engine calls pass while it is open; `close()` shuts it and returns once no call is in flight (continuous
+    rollouts on GPUs the learner shares: nothing may generate while the engines sleep)."""
+
+    def __init__(self) -> None:
+        self.calls = 0  # engine calls that passed and have not returned
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def passage(self) -> AsyncIterator[None]:
+        while not self._open.is_set():  # checked again on waking: it may have closed since it was opened
+            await self._open.wait()
+        self.calls += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.calls -= 1
+            if self.calls == 0:
+                self._idle.set()
+
+    async def close(self) -> None:
+        self._open.clear()
+        await self._idle.wait()
+
+    def open(self) -> None:
+        self._open.set()

@@ -22,6 +22,7 @@ class ProblemSampler:
     epoch: int = 0
     cursor: int = 0
     _order: list[int] = field(default_factory=list, repr=False)
+    _orders: dict[int, list[int]] = field(default_factory=dict, repr=False)  # problem_at's epoch order
 
     def __post_init__(self) -> None:
         if not self.problems:
@@ -56,6 +57,14 @@ class ProblemSampler:
             self.cursor = 0
             self._order = self._epoch_order(self.epoch)
         return [self.problems[i] for i in take]
+
+    def problem_at(self, n: int) -> Problem:
+        """The n-th problem of the visiting order (epoch after epoch, each N long, past the last epoch too):
+        continuous rollouts draw one group at a time by this index."""
+        epoch, pos = divmod(n, len(self.problems))
+        if epoch not in self._orders:
+            self._orders = {epoch: self._epoch_order(epoch)}  # one epoch at a time is read, in order
+        return self.problems[self._orders[epoch][pos]]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "cursor": self.cursor}

@@ -6,6 +6,7 @@ import logging
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,17 @@ from kforge.evaluator.verdict import Status
 from kforge.policy.records import Trajectory
 
 log = logging.getLogger("kforge.train")
+
+
+@dataclass
+class StepTimes:
+    rollout_s: float = 0.0  # waiting for this step's rollouts (less than their wall time when pipelined)
+    learn_s: float = 0.0
+    sync_s: float = 0.0
+    sync_save_s: float = 0.0  # the learner writes the adapter folder
+    sync_load_s: float = 0.0  # the engine loads it (the backend's own parts: `load_times`)
+    sleep_s: float = 0.0  # colocated: the engines put to sleep before the learner's step, and woken after it
+    wake_s: float = 0.0
 
 
 def _stats(prefix: str, values: list[float]) -> dict[str, float]:
@@ -122,6 +134,16 @@ def step_metrics(step: int, epoch: int, rollouts: Any, credit: dict[str, float],
     })
     out.update(role_gpu_stats(plan))
     return out
+
+
+def stream_metrics(ages: list[int], in_flight: int, dropped: int, dropped_total: int, wait_s: float) -> dict[str, float]:
+    """Continuous rollouts, one take: the taken groups' age in versions at the take (their oldest turn's
+    staleness; `staleness/*` is per trained sample), groups in flight after it, groups dropped as too stale
+    since the last take and in all, and the seconds the learner waited for its groups."""
+    return {"stream/group_age_mean": statistics.fmean(ages) if ages else 0.0,
+            "stream/group_age_max": float(max(ages, default=0)), "stream/groups_in_flight": float(in_flight),
+            "stream/groups_dropped_stale": float(dropped), "stream/groups_dropped_stale_total": float(dropped_total),
+            "time/wait_groups_s": wait_s}
 
 
 def collapse_warnings(history: list[dict[str, Any]], current: dict[str, Any]) -> list[str]:

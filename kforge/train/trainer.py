@@ -3,7 +3,8 @@
 `build_trainer` (train/build.py) builds the parts; this module only drives them. One step reads top to
 bottom in `run_async`. With `rollout.max_staleness >= 1` and a split placement, the next step's rollouts
 start while the learner trains (their own `RolloutStats` travel with them, so no step's numbers leak into
-another's); the learner corrects the lag with the rollout log-probs.
+another's); the learner corrects the lag with the rollout log-probs. With `rollout.mode=continuous` a step takes the first
+B GRPO groups that completed instead, and new groups keep starting (train/stream.py).
 
 Determinism: every step's rollouts are seeded from (seed, step), and every generation request from
 (step seed, problem, group, turn), so a resumed run redoes the steps after its last checkpoint with the
@@ -22,6 +23,7 @@ saved first. `--resume` continues.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +32,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kforge.config.schema import KforgeConfig
-from kforge.evaluator.contention import GpuActivity
 from kforge.policy.records import Trajectory, Turn
-from kforge.policy.runner import EpisodeRunner, Rollouts
+from kforge.policy.runner import Rollouts
 from kforge.problems.record import Problem
 from kforge.rollout.adapters import EngineCopies
 from kforge.rollout.base import BackendError
@@ -42,50 +43,16 @@ from kforge.space import run_write_failure
 from kforge.train.data import ProblemSampler, seed_everything, step_seed
 from kforge.train.engine import RolloutEngine
 from kforge.train.gpu import PeakMemory
-from kforge.train.metrics import MetricSinks, collapse_warnings, held_out_metrics, step_metrics
+from kforge.train.metrics import MetricSinks, StepTimes, collapse_warnings, held_out_metrics, step_metrics
+from kforge.train.parts import Parts
 from kforge.train.placement import Plan
 from kforge.train.stall import cancel, watched
 from kforge.train.stopflag import StopFlag
+from kforge.train.stream import GroupStream
 from kforge.ui.null import NullDashboard
 
 log = logging.getLogger("kforge.train")
 ROLLOUTS = "rollout + eval"  # the dashboard's name for a step's rollouts and their evaluation
-
-
-@dataclass
-class Parts:
-    """What the trainer drives; built by `build_trainer`."""
-
-    learner: Any  # Learner (CPU, in-process) or LearnerProcess
-    pool: Any  # EvalPool
-    runner: EpisodeRunner  # holds the rollout backend: the one reference a restart replaces
-    shares_model: bool  # the rollout backend samples from the learner's in-process model (CPU mode)
-    restart_backend: Callable[[], Any] | None = None  # a fresh rollout backend (GPU placements)
-    activity: GpuActivity = field(default_factory=GpuActivity)  # who used which GPU when (the pool reads it)
-
-    @property
-    def backend(self) -> Any:
-        return self.runner.backend if self.runner is not None else None
-
-    def close(self) -> None:
-        for part in (self.backend, self.pool, self.learner):
-            close = getattr(part, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception as exc:  # closing must not hide the run's own outcome
-                    log.warning("closing %s: %s", type(part).__name__, exc)
-
-
-@dataclass
-class StepTimes:
-    rollout_s: float = 0.0  # waiting for this step's rollouts (less than their wall time when pipelined)
-    learn_s: float = 0.0
-    sync_s: float = 0.0
-    sync_save_s: float = 0.0  # the learner writes the adapter folder
-    sync_load_s: float = 0.0  # the engine loads it (the backend's own parts: `load_times`)
-    sleep_s: float = 0.0  # colocated: the engines put to sleep before the learner's step, and woken after it
-    wake_s: float = 0.0
 
 
 @dataclass
@@ -113,8 +80,10 @@ class Trainer:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-learn")
         self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=getattr(self.parts.backend, "adapter_dtype", None))
         self.engine = RolloutEngine(self.parts)  # hand-overs, sleep and wake, restarts: one at a time
+        self.stream = GroupStream.of(self) if self.cfg.rollout.mode == "continuous" else None  # train/stream.py
 
     restarts = property(lambda self: self.engine.restarts)  # whole-backend restarts
+    epoch = property(lambda self: self.stream.epoch if self.stream else self.sampler.epoch)
 
     @property
     def total_steps(self) -> int:
@@ -124,7 +93,7 @@ class Trainer:
     @property
     def pipelined(self) -> bool:
         # Colocated, the engines sleep while the learner trains: only a split placement can overlap them.
-        return self.cfg.rollout.max_staleness >= 1 and self.plan.mode == "split"
+        return self.cfg.rollout.pipelined and self.plan.mode == "split"
 
     # -- the loop -------------------------------------------------------------------------------------
     async def run_async(self) -> str:
@@ -153,8 +122,9 @@ class Trainer:
                     times.sync_s = await self._off_loop(self._sync_adapter, None, times)
                 self.step = step
                 restarts = self.restarts + getattr(self.parts.backend, "restarts", 0)  # + replicas restarted alone
-                metrics = step_metrics(step, self.sampler.epoch, rollouts, credit, learned, times.__dict__,
+                metrics = step_metrics(step, self.epoch, rollouts, credit, learned, times.__dict__,
                                        self.levels, self.cfg.log.per_level_metrics, restarts, self.plan)
+                metrics.update(self.stream.last_metrics if self.stream else {})  # continuous: its take
                 metrics.update(await self._watched(self._held_out(step), step, "held-out eval",
                                                    self._rollout_waits))  # 5. log (held-out eval on its cadence)
                 with self.dashboard.stage("checkpoint"):  # 6. checkpoint on its schedule
@@ -162,10 +132,10 @@ class Trainer:
                 metrics.update(peaks.take())
                 metrics["time/step_s"] = time.time() - t0
                 await self._log(step, metrics, rollouts.trajectories, sinks)
-            await cancel(pending)
+            await self._cancel_rollouts(pending)
             await self._off_loop(self.save_checkpoint, "stop" if status == "stopped" else "end")
         except BaseException as exc:
-            await cancel(pending)
+            await self._cancel_rollouts(pending)
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
             if status == "failed":
                 self._save_what_we_can()
@@ -189,6 +159,11 @@ class Trainer:
         finally:
             self._stop.restore()
             self._executor.shutdown(wait=False)
+
+    async def _cancel_rollouts(self, pending: "asyncio.Future | None") -> None:
+        await cancel(pending)
+        if self.stream is not None:
+            await self.stream.close()
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on the learner's thread (one at a time with train_step), the loop free meanwhile."""
@@ -219,6 +194,10 @@ class Trainer:
 
     # -- 1. rollouts ----------------------------------------------------------------------------------
     def _start_rollouts(self, step: int) -> "asyncio.Future[Rollouts | None]":
+        if self.stream is not None:  # continuous: the first B groups that completed
+            stage = self.dashboard.stage(ROLLOUTS, self.cfg.dataset.batch_size * self.cfg.dataset.group_size
+                                         * self.cfg.turns, step)
+            return asyncio.ensure_future(self.stream.take(stage))
         batch = self.sampler.next_batch()
         # Resume from the sampler state right after this step's batch was drawn (pipelined mode has
         # already drawn the next one when the checkpoint is written).
@@ -271,7 +250,8 @@ class Trainer:
     async def _learn(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         # Over when the optimiser step is: the sync, held-out eval and checkpoint after it have their own.
         with self.dashboard.stage("learn"):
-            return await self._learn_step(samples, times)
+            async with self.stream.learning_step() if self.stream else contextlib.nullcontext():
+                return await self._learn_step(samples, times)
 
     async def _learn_step(self, samples: list[Any], times: StepTimes) -> dict[str, float]:
         if not samples:
@@ -370,6 +350,8 @@ class Trainer:
 
     def save_checkpoint(self, reason: str) -> Path:
         state, self._saving = {"sampler": self._sampler_after.get(self.step, self.sampler.state_dict())}, True
+        if self.stream is not None:
+            state["stream"] = self.stream.state_dict()
         path = self.run.write_checkpoint(self.step, lambda d: self.parts.learner.save_checkpoint(str(d)), state, reason)
         self._saving = False
         log.info("checkpoint %s (%s)", path.relative_to(self.run.path), reason)
@@ -379,6 +361,8 @@ class Trainer:
         state = read_trainer_state(ckpt_dir)
         self.parts.learner.load_checkpoint(str(ckpt_dir / LEARNER_DIR))
         self.sampler.load_state_dict(state["sampler"])
+        if self.stream is not None:
+            self.stream.load_state_dict(state.get("stream"), state["sampler"])
         self.step = int(state["step"])
         self._sync_adapter(ckpt_dir / LEARNER_DIR / "adapter")
         log.info("resumed from %s at step %d", ckpt_dir.name, self.step)

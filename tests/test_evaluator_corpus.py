@@ -217,7 +217,7 @@ def test_partial_credit_when_only_some_trials_fail(pool: EvalPool) -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.mode == "bare"], ids=lambda c: c.file)
 def test_sandbox_cases_never_reach_the_child_with_every_layer_on(case: Case) -> None:
-    from kforge.evaluator.static_check import check_source
+    from kforge.evaluator.static.static_check import check_source
 
     assert check_source(case.code(), PROBLEMS[case.problem][3], case.backend).errors
 

@@ -18,7 +18,7 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import confine, layers, sandbox
 from kforge.evaluator.compare import compare_outputs, identical, tolerance
 from kforge.evaluator.feedback import clean_error, write_feedback
-from kforge.evaluator.static_check import check_source, reference_ops
+from kforge.evaluator.static.static_check import check_source, reference_ops
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.evaluator.wire import WireError, decode, encode
 
@@ -145,7 +145,7 @@ def test_clean_error_hides_paths_harness_frames_and_secrets() -> None:
     scratch = "/tmp/kforge-abc123"
     text = (
         "Traceback (most recent call last):\n"
-        '  File "/work/main/kforge/evaluator/harness.py", line 10, in run\n'
+        '  File "/work/main/kforge/evaluator/child/harness.py", line 10, in run\n'
         "    cand = _load_module(x)\n"
         "           ^^^^^^^^^^^^^^\n"
         f'  File "{scratch}/candidate.py", line 5, in forward\n'
@@ -167,7 +167,7 @@ def test_error_text_for_a_prompt_is_built_from_the_candidates_own() -> None:
     code = "import torch\n\ndef forward(x):\n    raise RuntimeError('bad shape ' + str(x.shape[0]))\n"
     problem = "def get_inputs():\n    return [torch.rand(48, 40)]\n"
     text = ("Traceback (most recent call last):\n"
-            '  File "/work/checkout/kforge/evaluator/loop.py", line 215, in serve\n'
+            '  File "/work/checkout/kforge/evaluator/child/loop.py", line 215, in serve\n'
             "    msg = handlers[op](req)\n"
             '  File "/tmp/kforge-pool-1/kforge-x/candidate.py", line 4, in forward\n'
             "    PYTHONPATH=/work/checkout HOME=/home/alice\n"  # the child's claim of the source line
@@ -187,7 +187,7 @@ def test_error_text_for_a_prompt_is_built_from_the_candidates_own() -> None:
 
 def test_clean_error_hides_a_harness_frame_whose_head_was_cut_off() -> None:
     # The child sends only the end of a long traceback: its first line can be a frame's tail.
-    text = ('i22/kforge/evaluator/loop.py", line 215, in serve\n    msg = handlers[op](req)\n'
+    text = ('i22/kforge/evaluator/child/loop.py", line 215, in serve\n    msg = handlers[op](req)\n'
             '  File "/tmp/kforge-x/candidate.py", line 4, in forward\n    raise RuntimeError("no")\nRuntimeError: no\n')
     out = clean_error(text, "/tmp/kforge-x", [])
     assert "loop.py" not in out and "handlers" not in out and "kforge" not in out
@@ -301,7 +301,7 @@ def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Pat
     (tmp_path / "seen_problem.py").write_text(SEEN_DEVICES_PROBLEM)
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); import seen_problem as p\n"
-        "from kforge.evaluator.loop import make_inputs\n"
+        "from kforge.evaluator.child.loop import make_inputs\n"
         "make_inputs(p, 1, True, 'meta'); make_inputs(p, 2, False, 'meta'); make_inputs(p, 3, True, 'meta')\n"
         "print(','.join(p.SEEN))\n"
     )
@@ -317,7 +317,7 @@ def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Pat
 
 def test_arena_layout_read_whole_or_at_positions_and_sealed() -> None:
     from kforge.evaluator.arena import Arena, layout
-    from kforge.evaluator.arena_writer import ArenaWriter
+    from kforge.evaluator.child.arena_writer import ArenaWriter
     from kforge.evaluator.protocol import ALL
 
     meta = [[[3, 5], "torch.float32"], None, [[4], "torch.int64"]]
@@ -545,8 +545,8 @@ class _Runtime:
 def test_arena_writer_gpu_path_pins_once_and_clears_a_refusal(monkeypatch: pytest.MonkeyPatch, refuse: bool) -> None:
     """The GPU branch of the writer on a CPU: the arena registered once per mapping (unregistered before it
     is remapped), a refused registration cleared, and the copy done either way."""
-    from kforge.evaluator import arena_writer
     from kforge.evaluator.arena import Arena, layout
+    from kforge.evaluator.child import arena_writer
     from kforge.evaluator.protocol import ALL
 
     runtime = _Runtime(refuse)
@@ -607,7 +607,7 @@ class ModelNew(nn.Module):
 
 
 def test_op_keys_join_modules_functions_methods_and_aliases() -> None:
-    from kforge.evaluator.op_names import op_key
+    from kforge.evaluator.static.op_names import op_key
 
     assert op_key("nn.Softmax") == op_key("softmax") == op_key("Tensor.softmax_")
     assert op_key("BatchNorm2d") == op_key("F.batch_norm") and op_key("MSELoss") == op_key("mse_loss")
@@ -617,7 +617,7 @@ def test_op_keys_join_modules_functions_methods_and_aliases() -> None:
 
 
 def test_outputs_no_kernel_of_the_candidates_wrote_are_flagged() -> None:
-    from kforge.evaluator.guard import Launch, summarize
+    from kforge.evaluator.child.guard import Launch, summarize
     from kforge.evaluator.judge import flags_from_evidence
 
     copy = Launch(True, "copy_kernel", [(0, 100), (100, 200)])  # x -> y
@@ -632,7 +632,7 @@ def test_a_small_output_pytorch_finished_is_judged_by_who_did_the_gpu_work() -> 
     """An honest loss kernel sums on the GPU into an accumulator and returns `acc / n`: PyTorch made the output
     (4 bytes), its kernel did the work. Flagged as output_not_from_kernel on an H200 before; now such an output
     is counted apart, and the profiled call's coverage decides."""
-    from kforge.evaluator.guard import EPILOGUE_RATIO, Launch, summarize
+    from kforge.evaluator.child.guard import EPILOGUE_RATIO, Launch, summarize
     from kforge.evaluator.judge import EPILOGUE_MIN_SHARE, finished_elsewhere_flags, flags_from_evidence
 
     inputs = [(0, 4096), (4096, 8192)]
@@ -653,8 +653,8 @@ def test_an_output_written_after_the_candidates_last_launch_on_it_is_told_by_its
     """copy_then_clamp.py: a copy kernel into the output, then `out.clamp_min_(0.0)` into that same tensor. The
     storage was handed to a kernel, so the launch evidence counted it as the kernel's (`correct`, no flag).
     Now each launch leaves a sample of its storages (written.py) and the returned output must still hold it."""
+    from kforge.evaluator.child.written import EDGE_BYTES, WHOLE_BYTES, Written
     from kforge.evaluator.judge import flags_from_evidence
-    from kforge.evaluator.written import EDGE_BYTES, WHOLE_BYTES, Written
 
     x = torch.randn(48, 40)
     out = torch.empty_like(x)
@@ -685,8 +685,8 @@ def test_a_launch_is_recorded_once_it_returned_and_leaves_its_sample() -> None:
     extension's launch (load_inline: every call of its functions) samples its arguments and what it returned."""
     import types
 
-    from kforge.evaluator.guard import Guard, recording_module
-    from kforge.evaluator.written import Written
+    from kforge.evaluator.child.guard import Guard, recording_module
+    from kforge.evaluator.child.written import Written
 
     def broken(x):
         raise RuntimeError("the kernel stopped")
@@ -728,8 +728,8 @@ def test_nothing_the_candidate_hangs_on_a_timed_calls_inputs_runs_before_the_cop
 
     from kforge.evaluator import protocol as P
     from kforge.evaluator.arena import Arena
-    from kforge.evaluator.guard import Guard
-    from kforge.evaluator.loop import RequestLoop, make_inputs
+    from kforge.evaluator.child.guard import Guard
+    from kforge.evaluator.child.loop import RequestLoop, make_inputs
 
     hung, made = [], []
 

@@ -12,7 +12,7 @@ import torch
 
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import protocol as P
-from kforge.evaluator.coverage import cuda_kernel_names, is_own, kernel_coverage, qualified_name
+from kforge.evaluator.child.coverage import cuda_kernel_names, is_own, kernel_coverage, qualified_name
 from kforge.evaluator.judge import (
     EDGE,
     Clock,
@@ -28,7 +28,7 @@ from kforge.evaluator.judge import (
     sample_positions,
     timed_evidence_flags,
 )
-from kforge.evaluator.static_check import check_source
+from kforge.evaluator.static.static_check import check_source
 from kforge.evaluator.wire import FrameReader, WireError, decode, encode, send_frame
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -384,7 +384,7 @@ def test_a_correct_flagged_candidate_still_gets_coverage_and_none_of_its_kernels
     coverage None on an H100: coverage was measured only after a consistent, unflagged timing."""
     from types import SimpleNamespace
 
-    from kforge.evaluator.coverage import kernel_times
+    from kforge.evaluator.child.coverage import kernel_times
     from kforge.evaluator.timing_stage import wants_profile
     from kforge.evaluator.verdict import Status, Verdict
 
@@ -442,7 +442,7 @@ def test_tensor_table_cannot_point_outside_the_frame() -> None:
 
 @pytest.mark.parametrize("snippet", [
     "import sys", "import os", "from inspect import currentframe", "import importlib", "import ctypes",
-    "import gc", "from kforge.evaluator import harness", "import torch._C", "from torch import multiprocessing",
+    "import gc", "from kforge.evaluator.child import harness", "import torch._C", "from torch import multiprocessing",
     "x = torch.sys", "f = open('x')", "exec('1')", "eval('1')", "compile('1', 'f', 'exec')", "g = globals()",
     "v = vars(torch)", "a = getattr(torch, 'cu' + 'da')", "setattr(torch.cuda, 'synchronize', None)",
     "torch.cuda.synchronize = None", "triton.runtime.jit.JITFunction.run = None", "c = torch.__dict__",
@@ -680,7 +680,7 @@ def test_builtin_solutions_against_their_own_problems_carry_no_flag() -> None:
 # --- the audit hook: code made or unpickled with the candidate on the stack ----------------------
 
 def test_code_made_at_run_time_counts_as_the_candidates() -> None:
-    from kforge.evaluator.guard import candidate_like
+    from kforge.evaluator.child.guard import candidate_like
 
     cand = "/scratch/candidate.py"
     assert candidate_like(cand, cand) and candidate_like("<string>", cand) and candidate_like("<timeit-src>", cand)
@@ -689,7 +689,7 @@ def test_code_made_at_run_time_counts_as_the_candidates() -> None:
 
 
 def test_who_may_make_code_with_a_candidate_frame_on_the_stack() -> None:
-    from kforge.evaluator.guard import may_make_code
+    from kforge.evaluator.child.guard import may_make_code
 
     stdlib = ("/py/lib/python3.11/",)
     libs = stdlib + ("/venv/site-packages/",)
@@ -730,7 +730,7 @@ def test_tritons_generated_binder_is_not_the_candidate_but_other_run_time_code_i
 
     import triton
 
-    from kforge.evaluator.guard import _stdlib_dirs, asker_is_candidate
+    from kforge.evaluator.child.guard import _stdlib_dirs, asker_is_candidate
 
     triton_dir = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
     made: dict = {}

@@ -133,6 +133,65 @@ def test_the_readme_layout_lists_every_folder_and_module():
     assert listed == present
 
 
+# -- the evaluator by side ------------------------------------------------------------------------------------
+# What runs inside the sandboxed child lives in evaluator/child/, the static source checks in evaluator/static/,
+# the parent's side in evaluator/ itself. Shared by both sides (each imports them): the protocol's names and
+# frames, and the sandbox's layers, which a child applies to itself and the parent probes (layers.py, in a
+# throwaway fork) and sets up (children.py: ids and cgroup; pool.py: the environment).
+CHILD, STATIC = "kforge.evaluator.child", "kforge.evaluator.static"
+CHILD_SHARED = ("kforge.evaluator.protocol", "kforge.evaluator.wire", "kforge.evaluator.sandbox",
+                "kforge.evaluator.confine", "kforge.evaluator.mounts")
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def side_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports across the evaluator's sides: a child/ module importing any kforge module outside child/ and
+    CHILD_SHARED; a module outside child/ importing child/ (the parent starts the zygote by its module name
+    and never loads a child's code); static/ or a shared module importing child/ or the parent's side."""
+    parent = [m for m in graph if _under(m, "kforge.evaluator") and m != "kforge.evaluator"
+              and not _under(m, CHILD) and not _under(m, STATIC) and m not in CHILD_SHARED]
+    bad = []
+    for module, targets in graph.items():
+        for target in sorted(targets):
+            if _under(module, CHILD):
+                wrong = not _under(target, CHILD) and target not in CHILD_SHARED
+            elif _under(module, STATIC) or module in CHILD_SHARED:
+                wrong = _under(target, CHILD) or target in parent
+            else:
+                wrong = _under(target, CHILD)
+            if wrong:
+                bad.append(f"{module} -> {target}")
+    return sorted(bad)
+
+
+def test_the_evaluators_child_imports_only_its_side_and_the_shared_modules():
+    graph = import_graph()
+    assert set(CHILD_SHARED) <= set(graph), set(CHILD_SHARED) - set(graph)  # a module that went away leaves
+    assert side_crossings(graph) == []
+    # The zygote the parent starts is the child's.
+    boot = (ROOT / "evaluator" / "children.py").read_text()
+    assert f"from {CHILD}.zygote import main" in boot
+
+
+def test_the_side_check_sees_a_child_reaching_the_parent_and_a_parent_loading_the_child():
+    graph = {"kforge.evaluator.child.loop": {"kforge.evaluator.judge", "kforge.evaluator.wire",
+                                             "kforge.evaluator.child.guard", "kforge.config.schema"},
+             "kforge.evaluator.child.guard": {"kforge.evaluator.protocol"},
+             "kforge.evaluator.judge": {"kforge.evaluator.child.guard", "kforge.evaluator.protocol"},
+             "kforge.evaluator.static.static_check": {"kforge.evaluator.child.loop"},
+             "kforge.evaluator.protocol": {"kforge.evaluator.static.static_check", "kforge.evaluator.judge"},
+             "kforge.evaluator.wire": set(), "kforge.policy.parsing": {"kforge.evaluator.static.static_check"}}
+    assert side_crossings(graph) == [
+        "kforge.evaluator.child.loop -> kforge.config.schema",
+        "kforge.evaluator.child.loop -> kforge.evaluator.judge",
+        "kforge.evaluator.judge -> kforge.evaluator.child.guard",
+        "kforge.evaluator.protocol -> kforge.evaluator.judge",
+        "kforge.evaluator.static.static_check -> kforge.evaluator.child.loop"]
+
+
 # -- one module per document on disk ------------------------------------------------------------------------
 # kforge's own documents, each with the module that alone reads it raw and writes it (everyone else calls it),
 # and the spellings that name the document in a raw read or write.

@@ -3,7 +3,7 @@
 A readable ``<KERNEL>`` block alone is not worth anything: ``<KERNEL>x</KERNEL>`` or the prompt's own
 skeleton (whose ``def kernel(...)`` does not parse) would otherwise earn the whole format reward, and a
 run would learn tags instead of kernels. The structure is what the evaluator's static check verifies,
-found through its own parser and import resolution (``kforge.evaluator.static_check``), in three parts:
+found through its own parser and import resolution (``kforge.evaluator.static.static_check``), in three parts:
 
 1. a ``class ModelNew`` with a ``forward`` method;
 2. a kernel of the file: a function decorated with Triton's own ``@triton.jit`` (backend ``triton``), or
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from kforge.evaluator.static_check import check_source, parse
+from kforge.evaluator.static.static_check import check_source, parse
 from kforge.kernel_backends import EXTENSION_KERNEL, KERNEL_BACKENDS
 
 # The static check's errors that are missing structure (graded here) rather than a refusal.

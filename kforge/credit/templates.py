@@ -19,7 +19,7 @@ import ast
 import hashlib
 from collections import defaultdict
 
-from kforge.evaluator.static_check import parse
+from kforge.evaluator.static.static_check import parse
 from kforge.policy.records import Trajectory, Turn
 
 

@@ -32,7 +32,7 @@ _KFORGE_ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = ("import sys\n"
          "del sys.path[0]\n"
          "sys.path[:0] = {paths!r}\n"
-         "from kforge.evaluator.zygote import main\n"
+         "from kforge.evaluator.child.zygote import main\n"
          "main()\n")
 
 

@@ -17,7 +17,6 @@ import torch
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import protocol as P
 from kforge.evaluator.compare import TrialResult, compare_outputs, identical
-from kforge.evaluator.guard import CODE_EVENTS, DENIED_EVENTS
 from kforge.evaluator.verdict import Timings, Verdict
 
 
@@ -122,7 +121,7 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
 
 # The names a flag from evidence may carry (the child's text otherwise: it reaches the prompt's feedback).
 _PATCHED = frozenset(f"patched:{name}" for name in P.WATCHED + P.LAUNCHERS)
-_DENIED = DENIED_EVENTS | CODE_EVENTS | {"open:fd"}
+_DENIED = P.DENIED_EVENTS | P.CODE_EVENTS | {"open:fd"}
 
 
 def _numel(m: Any) -> int:

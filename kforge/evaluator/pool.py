@@ -34,7 +34,7 @@ from kforge.evaluator.feedback import write_feedback
 from kforge.evaluator.judge import file_timings, judge_speed, timings_from
 from kforge.evaluator.own_text import candidate_error
 from kforge.evaluator.reference import ReferenceCache
-from kforge.evaluator.static_check import check_source
+from kforge.evaluator.static.static_check import check_source
 from kforge.evaluator.verdict import Status, Timings, Verdict
 from kforge.kernel_backends import KERNEL_BACKENDS, cpu_backends, names
 from kforge.problems import baseline as baseline_file

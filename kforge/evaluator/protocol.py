@@ -43,6 +43,26 @@ WATCHED = ("torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.recor
 LAUNCHERS = ("triton.runtime.jit.JITFunction.run", "triton.runtime.interpreter.InterpretedFunction.run")
 ALL = "all"  # read whole outputs (those small enough to compare whole)
 
+# The audit events the child's guard (child/guard.py) refuses, reported as `denied` evidence; the parent's
+# judge passes on no other name. These: refused when the candidate's code is the one asking
+# (guard.asker_is_candidate).
+DENIED_EVENTS = frozenset({
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
+    "ctypes.call_function", "ctypes.create_string_buffer", "ctypes.PyObj_FromPtr",
+    "open", "os.listdir", "os.scandir", "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod",
+    "os.symlink", "os.link", "os.truncate", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+    "os.forkpty", "os.kill", "os.killpg", "subprocess.Popen", "socket.__new__", "socket.connect", "socket.bind",
+    "shutil.copyfile", "shutil.rmtree", "shutil.move", "mmap.__new__", "builtins.input", "import",
+    "object.__setattr__", "object.__delattr__",
+})
+
+# Events that make or load code. Refused whenever the candidate's code is anywhere on the stack, unless
+# the frame that asked is one of the few makers of code from text no candidate controls (guard._CODE_MAKERS).
+CODE_EVENTS = frozenset({"exec", "compile", "code.__new__", "function.__new__", "marshal.loads", "marshal.load",
+                         "pickle.find_class"})
+
 
 def inputs_only(problem_code: str) -> str:
     """The problem module without its Model class: what a candidate child needs to build inputs.
@@ -50,7 +70,7 @@ def inputs_only(problem_code: str) -> str:
     The reference implementation never enters the candidate's process, so it cannot be re-executed
     from there (the candidate can still copy it from its prompt: the static checks and launch
     evidence deal with that)."""
-    from kforge.evaluator.static_check import parse
+    from kforge.evaluator.static.static_check import parse
 
     tree = parse(problem_code)
     tree.body = [n for n in tree.body if not (isinstance(n, ast.ClassDef) and n.name == "Model")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from kforge.evaluator.static_check import parse
+from kforge.evaluator.static.static_check import parse
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.prompts import KERNEL_CLOSE, KERNEL_OPEN, THINK_CLOSE, THINK_OPEN
 from kforge.policy.records import Candidate

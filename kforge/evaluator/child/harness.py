@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from kforge.evaluator import confine
-from kforge.evaluator import guard as guard_mod
 from kforge.evaluator import protocol as P
-from kforge.evaluator.coverage import cuda_kernel_names
-from kforge.evaluator.loop import RequestLoop, category, send_error
+from kforge.evaluator.child import guard as guard_mod
+from kforge.evaluator.child.coverage import cuda_kernel_names
+from kforge.evaluator.child.loop import RequestLoop, category, send_error
 from kforge.evaluator.wire import send_message
 
 # Bound before any candidate code runs.

@@ -21,9 +21,9 @@ import re
 import threading
 from dataclasses import dataclass, field
 
-from kforge.evaluator.hidden_lookup import hidden_lookups
-from kforge.evaluator.native_source import NATIVE_BUILDS, compiler_text, native_builds_allowed
-from kforge.evaluator.op_names import op_key, same_op
+from kforge.evaluator.static.hidden_lookup import hidden_lookups
+from kforge.evaluator.static.native_source import NATIVE_BUILDS, compiler_text, native_builds_allowed
+from kforge.evaluator.static.op_names import op_key, same_op
 from kforge.kernel_backends import EXTENSION_KERNEL, KERNEL_BACKENDS
 
 # CPython 3.11's parser keeps recursion bookkeeping that concurrent parses from several threads can

@@ -18,12 +18,12 @@ from typing import Any, Callable
 
 import torch
 
-from kforge.evaluator import guard as guard_mod
 from kforge.evaluator import protocol as P
-from kforge.evaluator.arena_writer import ArenaWriter
-from kforge.evaluator.coverage import kernel_coverage, kernel_times
+from kforge.evaluator.child import guard as guard_mod
+from kforge.evaluator.child.arena_writer import ArenaWriter
+from kforge.evaluator.child.coverage import kernel_coverage, kernel_times
+from kforge.evaluator.child.written import Written
 from kforge.evaluator.wire import read_pickle_blocking, send_message
-from kforge.evaluator.written import Written
 
 # Bound before any candidate code runs: the loop times and syncs through these.
 _perf = time.perf_counter

@@ -86,7 +86,8 @@ def _view(req: dict[str, Any], ns_flags: int, applied: dict[str, Any]) -> None:
 
 
 def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: int) -> None:
-    from kforge.evaluator import confine, harness, sandbox
+    from kforge.evaluator import confine, sandbox
+    from kforge.evaluator.child import harness
     from kforge.evaluator.wire import read_pickle_blocking, send_message
 
     applied: dict[str, Any] = {}
@@ -224,12 +225,12 @@ def _preload() -> None:
         pass
     # Children cannot read kforge's own folder (it holds the built-in solutions): everything they run
     # of kforge is imported here, before the fork.
-    import kforge.evaluator.arena_writer  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.child.arena_writer  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.child.coverage  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.child.guard  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.child.harness  # noqa: F401 (preloaded for the children)
+    import kforge.evaluator.child.loop  # noqa: F401 (preloaded for the children)
     import kforge.evaluator.confine  # noqa: F401 (preloaded for the children)
-    import kforge.evaluator.coverage  # noqa: F401 (preloaded for the children)
-    import kforge.evaluator.guard  # noqa: F401 (preloaded for the children)
-    import kforge.evaluator.harness  # noqa: F401 (preloaded for the children)
-    import kforge.evaluator.loop  # noqa: F401 (preloaded for the children)
     import kforge.evaluator.mounts  # noqa: F401 (preloaded for the children)
     import kforge.evaluator.protocol  # noqa: F401 (preloaded for the children)
     import kforge.evaluator.sandbox  # noqa: F401 (preloaded for the children)

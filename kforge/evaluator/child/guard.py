@@ -31,18 +31,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-# Audit events refused when the candidate's code is the one asking (see `asker_is_candidate`).
-DENIED_EVENTS = frozenset({
-    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
-    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-    "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
-    "ctypes.call_function", "ctypes.create_string_buffer", "ctypes.PyObj_FromPtr",
-    "open", "os.listdir", "os.scandir", "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod",
-    "os.symlink", "os.link", "os.truncate", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-    "os.forkpty", "os.kill", "os.killpg", "subprocess.Popen", "socket.__new__", "socket.connect", "socket.bind",
-    "shutil.copyfile", "shutil.rmtree", "shutil.move", "mmap.__new__", "builtins.input", "import",
-    "object.__setattr__", "object.__delattr__",
-})
+from kforge.evaluator.protocol import CODE_EVENTS, DENIED_EVENTS  # the events refused (shared with the judge)
 
 # Modules whose classes a candidate may not patch (the rest of `object.__setattr__` is its own business).
 _PROTECTED = ("torch", "triton", "kforge", "builtins", "numpy", "time", "os", "sys", "types", "functools")
@@ -92,10 +81,6 @@ def fd_path(path: Any) -> bool:
     return bool(_FD_PATH.match(text))
 
 
-# Events that make or load code. Refused whenever the candidate's code is anywhere on the stack, unless
-# the frame that asked is one of the few makers of code from text no candidate controls (_CODE_MAKERS).
-CODE_EVENTS = frozenset({"exec", "compile", "code.__new__", "function.__new__", "marshal.loads", "marshal.load",
-                         "pickle.find_class"})
 _CODE_MAKERS = ("dataclasses.py", "ast.py")  # stdlib files whose generated code is built from identifiers
 
 

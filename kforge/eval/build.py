@@ -9,12 +9,16 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kforge.config.loader import resolve
 from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
+from kforge.eval.parts import EvalParts, build_parts
+from kforge.eval.runner import EvalRun
+from kforge.eval.target import Target, load_candidates, resolve_target, target_identity
 from kforge.modelio import fit_context
+from kforge.problems.record import Problem
 
 log = logging.getLogger("kforge.eval")
 
@@ -46,13 +50,15 @@ class EvalRequest:
 
 @dataclass
 class EvalPlan:
+    """Everything resolved and checked before any model or worker starts (`build_eval`)."""
+
     cfg: KforgeConfig
-    target: Any  # kforge.eval.runner.Target, or None for given kernels
+    target: Target | None  # None: given kernels
     split: str
-    selected: list
-    trained: set[str]
-    blocked: list
-    given: list | None
+    selected: list[Problem]
+    trained: set[str]  # keys of the problems the run trained on
+    blocked: list[tuple[Problem, str]]  # selected problems that cannot run here, and why
+    given: list[tuple[Problem, int, str]] | None  # (problem, sample index, code) of given kernels
     devices: list[int] | None
     out: Path
     meta: dict[str, Any]
@@ -60,11 +66,25 @@ class EvalPlan:
     skipped: list[str] = field(default_factory=list)  # a run's newer checkpoints that cannot be used
     previous: dict[str, Any] | None = None  # --resume: the results file as checked, its finished samples kept
 
-    def make_run(self) -> Any:
-        from kforge.eval.runner import EvalRun
-
+    def make_run(self) -> EvalRun:
         return EvalRun(self.cfg, self.selected, self.out, samples=self.samples, target=self.target,
-                       candidates=self.given, devices=self.devices, meta=self.meta)
+                       candidates=self.given, meta=self.meta)
+
+    def parts(self, run: EvalRun, tell: Callable[[str], None] = lambda stage: None) -> EvalParts:
+        """The pool, and the target's model only when `run` has samples left to generate."""
+        return build_parts(self.cfg, self.target, self.devices, self.given is None and bool(run.pending()), tell)
+
+
+def parse_id_range(text: str | None) -> tuple[int | None, int | None]:
+    """`1-20`, `5`, `5-` or None."""
+    if not text:
+        return None, None
+    m = re.fullmatch(r"\s*(\d*)\s*(-?)\s*(\d*)\s*", text)
+    if not m or (not m.group(1) and not m.group(3)):
+        raise EvalSetupError(f"--problems {text!r}: expected an id or a range like 1-20")
+    lo = int(m.group(1)) if m.group(1) else None
+    hi = int(m.group(3)) if m.group(3) else (lo if not m.group(2) else None)
+    return lo, hi
 
 
 def flag_overrides(level: list[int] | None = None, problems: str | None = None, source: str | None = None,
@@ -72,8 +92,6 @@ def flag_overrides(level: list[int] | None = None, problems: str | None = None, 
                    baseline: Path | None = None, user: list[str] = ()) -> list[str]:
     """The command's config flags as key=value overrides (layered after the user's own, as in train).
     Without --turns an eval is single-turn unless an override sets the episode."""
-    from kforge.eval.runner import parse_id_range
-
     out: list[str] = []
     if source:
         out.append(f"dataset.source={source}")
@@ -99,7 +117,6 @@ def flag_overrides(level: list[int] | None = None, problems: str | None = None, 
 
 def build_eval(req: EvalRequest) -> EvalPlan:
     """Resolve, select and check everything before any model or worker starts; EvalSetupError otherwise."""
-    from kforge.eval.runner import load_candidates, resolve_target
     from kforge.problems import problems_from_config, split_runnable
 
     if req.split is not None and req.split not in SPLITS:
@@ -108,8 +125,7 @@ def build_eval(req: EvalRequest) -> EvalPlan:
     if req.candidates is None:
         if not req.target:
             raise EvalSetupError("give a TARGET (run folder, adapter folder or model) or --candidates FILE")
-        skipped = _require_run_config(req.target, req.runs_dir, req.step)
-        target, run_config = resolve_target(req.target, req.runs_dir, req.step)
+        target, run_config, skipped = resolve_target(req.target, req.runs_dir, req.step)
     preset = None if run_config else req.preset
     base = config_file = req.config or run_config
     # The split is the one the run (or preset) drew from its own selection, before this command's overrides.
@@ -150,21 +166,6 @@ def build_eval(req: EvalRequest) -> EvalPlan:
                     previous)
 
 
-def _require_run_config(spec: str, runs_dir: str, step: int | None) -> list[str]:
-    """A run folder without its config.yaml would be evaluated with bare defaults (another context
-    length, no held-out split): refuse instead. Returns the newer checkpoints that cannot be used."""
-    from kforge.runs.locate import is_run_or_adapter, locate
-
-    if not is_run_or_adapter(spec, runs_dir):
-        return []
-    found = locate(spec, runs_dir, step)
-    if found.run is not None and not found.run.config_path.is_file():
-        raise EvalSetupError(f"{found.run.config_path} is missing: the run's model, context length and held-out "
-                             "split are unknown without it; restore it, or evaluate the adapter folder "
-                             f"{found.adapter_dir} with --preset and --split all")
-    return [f"{line}; using step {found.step}" for line in found.skipped]
-
-
 def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: str) -> Path:
     """Into the run folder for a run; otherwise a name that says what was evaluated on which split."""
     if run_config is not None:
@@ -173,17 +174,6 @@ def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: s
     what = Path(req.candidates).name if req.candidates is not None else str(req.target)
     slug = re.sub(r"[^A-Za-z0-9.]+", "_", what).strip("_") or "model"
     return Path(f"eval_results-{slug}-{split}.json")
-
-
-def target_identity(candidates: Path | None, target: Any) -> str:
-    """What was evaluated, as a resolved path where there is one: the same checkpoint reached through the run's
-    name, a relative or an absolute path, or its checkpoint folder is the same adapter folder."""
-    if candidates is not None:
-        return str(Path(candidates).resolve())
-    if target.adapter:
-        return str(Path(target.adapter).resolve())
-    local = Path(target.model).expanduser()
-    return str(local.resolve()) if local.exists() else target.model
 
 
 def generation_settings(cfg: KforgeConfig, samples: int) -> dict[str, Any]:

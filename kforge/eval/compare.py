@@ -43,9 +43,7 @@ def _problems(doc: dict[str, Any]) -> set[str] | None:
 
 
 def _summary_of(doc: dict[str, Any], keys: set[str]) -> dict[str, Any]:
-    samples = [s for s in doc["samples"] if s.get("problem_key") in keys]
-    per_problem = max(1, int(doc.get("samples_per_problem") or 1))
-    return summarize(outcomes_from_samples(samples), range(1, per_problem + 1))
+    return summarize(outcomes_from_samples(s for s in doc["samples"] if s.get("problem_key") in keys))
 
 
 def rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, str, Any, Any, float | None]]:

@@ -71,10 +71,9 @@ def split_summaries(meta: dict[str, Any], run: Any) -> dict[str, dict]:
     if meta["split"]["split"] != "all" or not trained:
         return {}
     outcomes = run.outcomes()
-    ks = range(1, run.samples + 1)
     by_split = {
-        "held-out problems": summarize([o for o in outcomes if o.problem_key not in trained], ks),
-        "training problems": summarize([o for o in outcomes if o.problem_key in trained], ks),
+        "held-out problems": summarize([o for o in outcomes if o.problem_key not in trained]),
+        "training problems": summarize([o for o in outcomes if o.problem_key in trained]),
     }
     run.meta["summary_by_split"] = by_split
     run.write()

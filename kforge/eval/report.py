@@ -107,17 +107,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(outcomes: Iterable[SampleOutcome], ks: Iterable[int] = ()) -> dict[str, Summary]:
-    """{"overall": {...}, "level_1": {...}, ...}: every key of `summary_keys`, pass@k for k = 1..samples
-    (and any further k in `ks` that the samples allow)."""
+def summarize(outcomes: Iterable[SampleOutcome]) -> dict[str, Summary]:
+    """{"overall": {...}, "level_1": {...}, ...}: every key of `summary_keys`; pass@k for every k from 1 to the
+    fewest samples any problem of the group has (the one pass@k rule: results files, splits, compare)."""
     outcomes = list(outcomes)
     groups: dict[str, list[SampleOutcome]] = {"overall": outcomes}
     for o in sorted(outcomes, key=lambda o: o.level):
         groups.setdefault(f"level_{o.level}", []).append(o)
-    return {name: _summary(items, tuple(ks)) for name, items in groups.items()}
+    return {name: _summary(items) for name, items in groups.items()}
 
 
-def _summary(outcomes: list[SampleOutcome], ks: tuple[int, ...]) -> Summary:
+def _summary(outcomes: list[SampleOutcome]) -> Summary:
     by_problem: dict[str, list[SampleOutcome]] = defaultdict(list)
     for o in outcomes:
         by_problem[o.problem_key].append(o)
@@ -138,7 +138,7 @@ def _summary(outcomes: list[SampleOutcome], ks: tuple[int, ...]) -> Summary:
 
     # pass@k needs k samples of every problem in the group: k runs up to the fewest samples any problem has.
     fewest = min(len(items) for items in by_problem.values())
-    for k in sorted(set(range(1, fewest + 1)) | {k for k in ks if 1 <= k <= fewest}):
+    for k in range(1, fewest + 1):
         per_problem = [pass_at_k(len(items), sum(_fast(o.verdict, 0.0) for o in items), k) for items in by_problem.values()]
         out[f"pass@{k}"] = sum(per_problem) / n_problems
 

@@ -30,6 +30,7 @@ def routed(first: int, route: str) -> GenerationRequest:
     return GenerationRequest(r.prompt_ids, r.sampling, route=route)
 
 
+@pytest.mark.slow  # several worker processes
 def test_one_engine_per_gpu_group_a_route_stays_on_its_replica_and_syncs_reach_all(monkeypatch, tmp_path):
     fake_machine(monkeypatch, 4)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -91,6 +92,7 @@ def _adapter(tmp_path, name):
     return str(folder)
 
 
+@pytest.mark.slow  # worker processes killed and restarted
 def test_a_replica_killed_mid_rollout_restarts_alone_with_the_latest_adapter(monkeypatch, tmp_path):
     """Two engine processes; one is killed (SIGKILL) while its requests run. They are answered by the other,
     which keeps serving; the dead one starts again on its own GPU, and takes requests only once it holds the

@@ -218,6 +218,7 @@ def test_sleep_wake_and_engine_errors_come_back_as_backend_errors(worker, tmp_pa
     assert worker.generate([req([3])])[0].token_ids == [3]
 
 
+@pytest.mark.slow  # a worker process of its own
 def test_engine_start_failure_is_reported():
     with pytest.raises(BackendError, match="no GPU memory left"):
         VLLMBackend(Tok(), {"fail": True}, engine=ENGINE, startup_timeout_s=120)
@@ -232,6 +233,7 @@ def test_worker_crash_is_reported_not_hung():
         backend.close()
 
 
+@pytest.mark.slow  # a worker process of its own
 def test_an_engine_dead_behind_a_live_worker_counts_as_dead():
     """vLLM's engine core can die while the worker process lives on: every request then fails with
     EngineDeadError. The worker must count as dead, so that it is restarted (a replica alone), not taken for

@@ -24,6 +24,7 @@ from kforge.train.trainer import Parts, Trainer
 from trainer_parts import SPLIT, Serial, make_cfg, make_trainer, one_sample
 
 
+@pytest.mark.slow  # four pipelined steps of 0.8 s learner work
 def test_pipelined_statistics_belong_to_their_own_step(tmp_path):
     """The next step's rollouts run while the learner trains. Each step reports its own evaluation time
     and cache hits: the first step of a problem evaluates its one kernel (the other samples hit the
@@ -83,6 +84,7 @@ def _learner_proc(cfg, tmp_path, fault="", at=0):
                           log_path=str(tmp_path / f"learner-{fault or 'ok'}.log"), start_timeout_s=300)
 
 
+@pytest.mark.slow  # a real learner process trains, hangs and dies: about 20 s
 def test_a_hung_or_dead_learner_fails_the_run_within_its_deadline_and_resume_continues(tmp_path, tiny_model_dir):
     """The real learner process (a real Learner, real LoRA steps, real checkpoints) hangs at step 2: the run
     fails within learner.call_timeout_s and saves nothing half-trained. Resumed from step 1 on a fresh
@@ -201,6 +203,7 @@ def test_a_restarted_rollout_backend_is_held_in_one_place(tmp_path):
     assert fresh.closed
 
 
+@pytest.mark.slow  # starts a learner process on a scratch model
 def test_the_learner_takes_the_runs_sampling_record(tmp_path, tiny_model_dir):
     """build_parts hands the learner the sampling settings the episodes sample with, as one record."""
     from kforge.rollout.base import sampling_from_config
@@ -271,7 +274,9 @@ class _SlowWriter(FakeLearner):
         super().save_checkpoint(path)
 
 
-@pytest.mark.parametrize("what", ["adapter", "checkpoint", "transcript"])
+# Each a few seconds of steps; the fast loop keeps the transcript's.
+@pytest.mark.parametrize("what", [pytest.param("adapter", marks=pytest.mark.slow),
+                                  pytest.param("checkpoint", marks=pytest.mark.slow), "transcript"])
 def test_the_event_loop_keeps_serving_while_a_slow_write_runs(tmp_path, monkeypatch, what):
     """An adapter sync, a checkpoint or a transcript that takes 0.8 s must not hold the event loop: the
     next step's trajectories (pipelined) and anything else on the loop keep running meanwhile."""

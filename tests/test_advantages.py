@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import pytest
 
+from hand_batch import batch
 from kforge.config.schema import LearnerConfig, RewardConfig
 from kforge.credit.advantages import assign_returns, build_samples, group_advantages
 from kforge.policy.records import Trajectory, Turn
-
-SCORES = {"A": [[0, 0, 1], [0, 1, 1], [1, 1, 1]], "B": [[0, 0, 0], [0, 0, 0], [0, 0, 2]]}
 
 RETURNS = {
     ("A", 0): [0.25, 0.5, 1.0], ("A", 1): [0.75, 1.5, 1.0], ("A", 2): [1.75, 1.5, 1.0],
@@ -44,19 +43,6 @@ GRPO = {
     ("B", 0): [-0.707107, -0.707107, 1.414214], ("B", 1): [-0.707107, -0.707107, 1.414214],
     ("B", 2): [-0.707107, -0.707107, 1.414214],
 }
-
-
-def batch() -> list[Trajectory]:
-    trajectories = []
-    for problem, rows in SCORES.items():
-        for g, scores in enumerate(rows):
-            turns = [
-                Turn(index=t, prompt_ids=[1, 2, t], response_ids=[3 + g, 4, 5], response_text="",
-                     logprobs=[-0.1, -0.2, -0.3], policy_version=7, score=float(s))
-                for t, s in enumerate(scores)
-            ]
-            trajectories.append(Trajectory(problem_key=problem, group_index=g, turns=turns))
-    return trajectories
 
 
 def by_group(samples) -> dict[tuple[str, int], list[float]]:

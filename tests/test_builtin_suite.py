@@ -24,8 +24,10 @@ from kforge.problems import builtin_problems, find_problem
 from kforge.problems.selfcheck import check_solutions
 
 problems = builtin_problems()
-controls = [replace(find_problem(problems, key), solution=code) for key, code in json.loads(sys.stdin.read())]
-results = check_solutions(problems + controls, device="cpu", seeds=(0, 1))
+asked = json.loads(sys.stdin.read())
+checked = problems if asked["keys"] is None else [find_problem(problems, key) for key in asked["keys"]]
+controls = [replace(find_problem(problems, key), solution=code) for key, code in asked["controls"]]
+results = check_solutions(checked + controls, device="cpu", seeds=(0, 1))
 print(json.dumps([asdict(r) for r in results]))
 """
 
@@ -76,13 +78,13 @@ def _controls() -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def suite_results() -> list[dict]:
-    controls = _controls()
+def _check_in_one_process(keys: list[str] | None) -> list[dict]:
+    """The results of the problems `keys` (None: every built-in problem), then of the wrong solutions."""
+    asked = {"keys": keys, "controls": [(key, code) for key, code, _ in _controls()]}
     env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD],
-        input=json.dumps([(key, code) for key, code, _ in controls]),
+        input=json.dumps(asked),
         capture_output=True,
         text=True,
         env=env,
@@ -92,6 +94,12 @@ def suite_results() -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def suite_results() -> list[dict]:
+    return _check_in_one_process(None)
+
+
+@pytest.mark.slow  # every built-in problem under the Triton interpreter: about 10 s
 @pytest.mark.timeout(300)
 def test_every_builtin_solution_matches_its_reference(suite_results: list[dict]) -> None:
     problems = builtin_problems()
@@ -104,6 +112,7 @@ def test_every_builtin_solution_matches_its_reference(suite_results: list[dict])
         assert r["kernel_launches"] >= 2  # at least one launch per seed
 
 
+@pytest.mark.slow  # rides along with every built-in problem's check
 @pytest.mark.timeout(300)
 def test_wrong_solutions_are_caught(suite_results: list[dict]) -> None:
     controls = _controls()
@@ -112,4 +121,18 @@ def test_wrong_solutions_are_caught(suite_results: list[dict]) -> None:
     for (key, _, expected), result in zip(controls, results):
         assert result["key"] == key
         assert not result["ok"], f"{key}: a wrong solution passed"
+        assert any(expected in failure for failure in result["failures"]), (key, result["failures"])
+
+
+@pytest.mark.timeout(300)
+def test_the_problems_of_the_wrong_solutions_pass_and_the_wrong_solutions_fail_in_one_process() -> None:
+    """The check of the two tests above on the few problems the wrong solutions are for (the fast loop's)."""
+    controls = _controls()
+    keys = sorted({key for key, _, _ in controls})
+    results = _check_in_one_process(keys)
+    assert [r["key"] for r in results[: len(keys)]] == keys
+    for r in results[: len(keys)]:
+        assert r["ok"] and r["failures"] == [] and r["kernel_launches"] >= 2, r
+    for (key, _, expected), result in zip(controls, results[len(keys):], strict=True):
+        assert result["key"] == key and not result["ok"], f"{key}: a wrong solution passed"
         assert any(expected in failure for failure in result["failures"]), (key, result["failures"])

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kforge.config.loader import presets_dir, resolve
 
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
@@ -31,6 +33,7 @@ def test_an_empty_run_name_is_refused(tmp_path):
     assert "--name is empty" in line and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # several `kforge` processes
 def test_a_preset_file_of_the_users_is_a_preset_everywhere(tmp_path, clean_env):
     mine = tmp_path / "my-tiny.yaml"
     shutil.copy(presets_dir() / "tiny.yaml", mine)
@@ -117,6 +120,7 @@ def test_a_terminal_that_is_not_utf8_lists_unicode_run_names(tmp_path):
     assert "r\\xe9sum\\xe9-run" in res.stdout
 
 
+@pytest.mark.slow  # evaluates through the pool
 def test_a_huge_candidate_is_not_embedded_whole_in_the_results_file(tmp_path):
     from kforge.eval.runner import CODE_KEEP_CHARS
     from kforge.problems import builtin_problems

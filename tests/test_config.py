@@ -135,6 +135,7 @@ def _kforge(*args, env=None):
     return subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow  # `kforge config` processes
 def test_cli_config_show_and_errors(tmp_path, clean_env):
     out = _kforge("config", "show", "--preset", "tiny", "--yaml", "dataset.batch_size=3")
     assert out.returncode == 0, out.stderr

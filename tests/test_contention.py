@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fake_parts import Clock
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
@@ -49,6 +51,7 @@ def test_a_run_timed_during_a_learner_step_on_its_device_says_so(tmp_path):
     assert shared.status is Status.CORRECT and shared.details["timing_contended"] == ["learner"]
 
 
+@pytest.mark.slow  # a pool times references beside a busy learner
 def test_a_reference_timed_beside_a_learner_step_is_not_kept(tmp_path):
     """Its baseline would inflate every speedup of its problem for the whole run: the verdicts judged against it
     say so, it never reaches the disk cache, and it is timed again after the back-off."""

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from kforge.ui.dashboard import Dashboard
-from tests.vt import Terminal
+from vt import Terminal
 
 METRICS = {"reward/mean": 0.5, "rate/correct": 0.25, "fast_1": 0.1, "speedup/mean": 1.2, "learner/loss": 0.125,
            "learner/kl": 0.01, "learner/lr": 2e-5, "learner/grad_norm": 0.75, "throughput/generate_tok_s": 90.0,

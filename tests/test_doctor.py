@@ -25,6 +25,7 @@ def _by_check(rows):
     return {r["check"]: r for r in rows}
 
 
+@pytest.mark.slow  # a `kforge doctor` process
 def test_doctor_json_on_this_machine(tmp_path):
     res = _doctor("--preset", "tiny", "--json", "--runs-dir", str(tmp_path / "runs"))
     rows = json.loads(res.stdout)
@@ -46,6 +47,7 @@ def test_doctor_json_on_this_machine(tmp_path):
             assert row["fix"], row
 
 
+@pytest.mark.slow  # `kforge doctor` processes
 def test_doctor_fails_with_a_fix_for_each_broken_need(tmp_path):
     res = _doctor("--preset", "tiny", "--json", f"dataset.source={tmp_path}/missing.jsonl",
                   "model.name=pkg:kforge_no_such_model_pkg", "dataset.prompt_option=raicl",
@@ -59,6 +61,7 @@ def test_doctor_fails_with_a_fix_for_each_broken_need(tmp_path):
     assert checks["package faiss"]["status"] == "pass" and "not needed" not in checks["package faiss"]["detail"]
 
 
+@pytest.mark.slow  # a `kforge doctor` process
 def test_doctor_table_output(tmp_path):
     res = _doctor("--preset", "tiny", "--runs-dir", str(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -109,6 +112,7 @@ def test_cuda_visible_devices_filter(monkeypatch):
     assert [g.index for g in visible_records(gpus)] == ["1"]
 
 
+@pytest.mark.slow  # Triton probe processes
 def test_triton_probe_runs_in_a_subprocess_and_failures_are_rows():
     report, _ = dr.TritonProbe(use_gpu=False, timeout_s=240).result()
     assert report["ok"] and report["device"] == "cpu" and report["torch"]

@@ -165,6 +165,7 @@ def test_compare_has_its_own_help():
     assert res.returncode == 0 and "--all-problems" in res.stdout and "--samples" not in res.stdout
 
 
+@pytest.mark.slow  # evaluates through the pool
 def test_resume_knows_the_same_checkpoint_by_its_resolved_path_and_refuses_other_generation(tmp_path, monkeypatch,
                                                                                           clean_env):
     run = _run_with_adapter(tmp_path)

@@ -30,6 +30,7 @@ def solutions(tmp_path):
     return folder
 
 
+@pytest.mark.slow  # evaluates through the pool
 def test_given_kernels_results_file(solutions, tmp_path):
     # One level-2 kernel too, so the summary has a group per level.
     level2 = next(p for p in builtin_problems() if p.level == 2 and p.problem_id == 1)
@@ -60,6 +61,7 @@ def test_given_kernels_results_file(solutions, tmp_path):
     assert f"wrote {out}" in res.stdout  # says where the results are
 
 
+@pytest.mark.slow  # evaluates twice through the pool: about 16 s
 def test_resume_redoes_only_missing_samples(solutions, tmp_path):
     out = tmp_path / "res.json"
     assert _eval("--candidates", str(solutions), "--source", "builtin", "--out", str(out)).returncode == 0

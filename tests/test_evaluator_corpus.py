@@ -2,6 +2,9 @@
 
 One pool serves the whole module; after every candidate (crash, hang, escape attempt) the next
 one must still be judged normally, which the ordering below exercises on purpose.
+
+`make test` judges the whole corpus; `make test-fast` the first case of each status and layer mode, the first
+attack on each item of the threat model, and the module's other checks (`fast_first` marks the rest slow).
 """
 
 from __future__ import annotations
@@ -39,6 +42,17 @@ ATTACKS, MODES = _manifest.ATTACKS, _manifest.MODES
 
 SECRET = "hf_kforge_test_secret_4242"
 CPU_CASES = [c for c in CASES if not c.gpu_only]
+
+
+def fast_first(runs: list, key, ids: list[str], prefer=lambda run: 0) -> list:
+    """`runs` as pytest parameters: of each `key(run)`, the first run (the first of those `prefer` ranks lowest)
+    stays in the fast loop, every other one is marked slow (`make test` judges them all)."""
+    fast = {}
+    for i in sorted(range(len(runs)), key=lambda i: prefer(runs[i])):
+        fast.setdefault(key(runs[i]), i)
+    return [pytest.param(*(run if isinstance(run, tuple) else (run,)), id=name,
+                         marks=() if i in fast.values() else (pytest.mark.slow,))
+            for i, (run, name) in enumerate(zip(runs, ids))]
 
 
 def make_problem(key: str) -> Problem:
@@ -141,7 +155,8 @@ def _check(case: Case, v: Verdict) -> None:
     assert v.timing_meaningful is False and v.speedup is None
 
 
-@pytest.mark.parametrize("case", CPU_CASES, ids=[f"{c.file}-{c.backend}-{c.mode}" for c in CPU_CASES])
+@pytest.mark.parametrize("case", fast_first(CPU_CASES, lambda c: (c.status, c.mode),
+                                           [f"{c.file}-{c.backend}-{c.mode}" for c in CPU_CASES]))
 def test_corpus_case(pools: _Pools, case: Case, tmp_path: Path) -> None:
     pool = pools[case.mode]
     code = case.code()
@@ -234,7 +249,7 @@ def _attack_code(attack, pools: _Pools) -> str:
         "__CHECKOUT__", str(Path(__file__).resolve().parents[1]))
 
 
-@pytest.mark.parametrize("attack", PARENT_SIDE, ids=lambda a: a.file)
+@pytest.mark.parametrize("attack", fast_first(PARENT_SIDE, lambda a: a.item, [a.file for a in PARENT_SIDE]))
 def test_parent_side_guarantees_hold_with_the_in_process_layers_off(pools: _Pools, attack) -> None:
     """Static checks and the audit hook off (`evaluator.static_checks=false`, `evaluator.audit_hook=false`):
     the candidate rewrites its harness at will, and still no attack on who reads the outputs (item 1) or on
@@ -253,7 +268,9 @@ STRAY_THREADS = {("thread_before_lockdown.py", "bare"), ("native_build_thread.py
                  ("native_build_thread.py", "bare")}
 
 
-@pytest.mark.parametrize("attack,mode", _ATTACK_RUNS, ids=[f"{a.file}-{m}" for a, m in _ATTACK_RUNS])
+@pytest.mark.parametrize("attack,mode", fast_first(_ATTACK_RUNS, lambda run: run[0].item,
+                                                  [f"{a.file}-{m}" for a, m in _ATTACK_RUNS],
+                                                  prefer=lambda run: run[1] != "all"))  # the pool started first
 def test_attack(pools: _Pools, attack, mode: str) -> None:
     v = pools[mode].submit(make_problem(attack.problem), _attack_code(attack, pools)).result(timeout=120)
     got = f"{v.status.value} {v.flags} {v.details.get('reason')} {v.error[-300:]}"
@@ -331,6 +348,7 @@ def test_every_sampled_read_has_positions_of_its_own(pools: _Pools) -> None:
     assert len(trials) == len(ref.trials) + 1 and len(set(trials)) == len(trials)  # the decoy's last
 
 
+@pytest.mark.slow  # every built-in problem's reference and solution through the pool: about 20 s
 def test_every_builtin_solution_is_correct_through_the_pool(pool: EvalPool) -> None:
     """Honest kernels stay `correct` with every layer on: the arena reads, the per-call timing and the decoy
     trial (their own kernels skipped, their outputs must come out wrong) flag none of them."""
@@ -346,7 +364,7 @@ BELOW_INTERPRETER = {"ctypes_launder.py": "the shell did not run", "collect_env_
                      "from_file_read.py": "Permission denied"}
 
 
-@pytest.mark.parametrize("name", sorted(BELOW_INTERPRETER))
+@pytest.mark.parametrize("name", fast_first(sorted(BELOW_INTERPRETER), lambda name: "", sorted(BELOW_INTERPRETER)))
 def test_library_laundering_is_refused_below_the_interpreter(pools: _Pools, name: str) -> None:
     """Both in-process layers off: what a library does for the candidate after READY (a shell, libc's system(),
     a file read with no audit event) is refused by the kernel (seccomp, Landlock), and the child says so."""
@@ -402,6 +420,7 @@ def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:
         shared.close()
 
 
+@pytest.mark.slow  # a pool of its own
 def test_a_draw_checks_a_secret_subset_of_the_timed_calls(pools: _Pools) -> None:
     """A draw runs the reference on DRAW_CHECKED_CALLS of its timed calls' inputs, picked at random (with all
     of them a draw cost as much as the candidate's timing); every timed call still gets fresh inputs. The timed

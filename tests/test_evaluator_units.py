@@ -295,6 +295,7 @@ def get_inputs():
 '''
 
 
+@pytest.mark.slow  # a Python process of its own
 def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Path) -> None:
     """torch's device context caches the factories it redirects on first use; a signed trial first in a
     fresh process (where `torch.rand` is swapped) must not send every later `torch.rand` to the CPU."""
@@ -480,7 +481,7 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize("landlock", [False, True])
+@pytest.mark.parametrize("landlock", [pytest.param(False, marks=pytest.mark.slow), True])  # a child each
 def test_a_folder_given_to_read_is_read_only_to_the_child(tmp_path: Path, landlock: bool) -> None:
     """A CUDA candidate's build folder, once built, is given to every child judged after it to read
     only (it was writable: one evaluation could leave (input, output) pairs there for a later one). It
@@ -805,6 +806,7 @@ def test_the_lock_down_filter_refuses_processes_exec_and_system_v_ipc_but_not_th
     assert out["shmget"] == [-1, errno.EPERM], out
 
 
+@pytest.mark.slow  # a `kforge check` process judging a kernel
 def test_check_json_with_explain_sandbox_prints_one_document(tmp_path: Path) -> None:
     problem = tmp_path / "relu_problem.py"
     problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"

@@ -10,6 +10,9 @@ from kforge.config.loader import resolve, to_yaml
 from kforge.ops.export import find_adapter, locate_source
 from kforge.runs.folder import RunFolder, RunNotFound
 
+# Every test reads the run the tiny preset's real model (SmolLM2) trained: loading it takes about 15 s.
+pytestmark = pytest.mark.slow
+
 PROMPT = [{"role": "user", "content": "Write a Triton kernel that adds two vectors."}]
 NEW_TOKENS = 16
 
@@ -82,7 +85,6 @@ def test_locate_source_picks_last_or_given_step(trained):
     assert find_adapter(trained["run"].path / "checkpoints" / "step_000004") == src.adapter_dir
 
 
-@pytest.mark.slow
 def test_exported_adapter_loads_with_plain_peft(trained, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -100,7 +102,6 @@ def test_exported_adapter_loads_with_plain_peft(trained, tmp_path):
     assert _greedy(model, trained["prompt"]) == trained["tuned"]
 
 
-@pytest.mark.slow
 def test_merged_model_loads_with_plain_transformers(trained, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, drive
 from kforge.evaluator import protocol as P
@@ -134,6 +136,7 @@ class Steering:
         return call
 
 
+@pytest.mark.slow  # a pool of workers timing on one device
 def test_no_worker_uses_the_device_while_another_times_on_it(tmp_path, monkeypatch):
     good = (CANDIDATES / "relu_correct.py").read_text()
     cfg = EvaluatorConfig(num_correct_trials=2, run_timeout_s=60.0, compile_timeout_s=120.0, timing_timeout_s=60.0,

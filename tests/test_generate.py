@@ -144,6 +144,7 @@ def test_a_folder_it_did_not_write_is_left_alone_and_its_own_is_written_again(tm
     assert len((ours / "sft_pairs.jsonl").read_text().splitlines()) == 5
 
 
+@pytest.mark.slow  # a pool judges generated problems
 def test_a_sample_of_solutions_is_judged_correct_by_the_real_pool_and_a_wrong_one_is_not(tmp_path: Path):
     """Through EvalPool on the CPU (Triton interpreter), as `kforge problems generate --verify` judges them:
     a flat kernel, a row sum and a row max; a solution whose output is off by 0.1 % must fail."""

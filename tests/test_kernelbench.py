@@ -367,6 +367,7 @@ def _eval(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kforge", "eval", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # evaluates a run's held-out split through the pool: about 16 s
 def test_eval_of_a_run_takes_its_held_out_split(tiny_run: Path) -> None:
     cfg = yaml.safe_load((tiny_run / "config.yaml").read_text())
     from kforge.config.schema import DatasetConfig
@@ -386,6 +387,7 @@ def test_eval_of_a_run_takes_its_held_out_split(tiny_run: Path) -> None:
 
 
 @pytest.mark.parametrize("target", ["nonexistent/", "./no/such/model", "no-such-org/no-such-model"])
+@pytest.mark.slow  # a `kforge` process each
 def test_bad_model_is_one_line_and_exit_2(target: str, tmp_path: Path) -> None:
     res = _eval(target, "--source", "builtin", "--out", str(tmp_path / "r.json"))
     assert res.returncode == 2, res.stderr

@@ -6,6 +6,7 @@ per choice (the schema's literal equal to it, no branch on a name outside it).""
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,6 +17,8 @@ LAYERS = ["errors", "jsonl", "space", "config", "kernel_backends", "gpus", "serv
 MAX_LINES = 400
 # Files allowed over the limit while a split is pending; this list may only shrink (it is empty now).
 PENDING_SPLIT: set[str] = set()
+# Each check walks every module's tree: a source is parsed once for the whole file (no check changes a tree).
+_parse = functools.lru_cache(maxsize=None)(ast.parse)
 
 
 def _module(path: Path) -> str:
@@ -29,7 +32,7 @@ def import_graph() -> dict[str, set[str]]:
     files = {_module(p): p for p in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in files.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kforge":
                 subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in files]
@@ -237,7 +240,7 @@ RAW_IO = {
 def raw_io(source: str) -> list[tuple[int, str]]:
     """(line, source text) of every raw file read or write in `source`."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -285,7 +288,7 @@ def test_the_document_check_sees_a_stray_reader_and_writer():
 
 
 def test_a_verdicts_speedup_and_baseline_are_set_by_the_judging_functions_only():
-    setters = sorted({_module(p) for p in ROOT.rglob("*.py") for node in ast.walk(ast.parse(p.read_text()))
+    setters = sorted({_module(p) for p in ROOT.rglob("*.py") for node in ast.walk(_parse(p.read_text()))
                       if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                       for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
                       if isinstance(t, ast.Attribute) and t.attr in ("speedup", "baseline")})
@@ -319,7 +322,7 @@ def config_edits(files: dict[str, str]) -> list[str]:
     for module, source in files.items():
         if module in RESOLVE_STEP:
             continue
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(_parse(source)):
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
@@ -415,7 +418,7 @@ def choice_branches(files: dict[str, str], choice: set[str], table: str = "kforg
     for module, source in files.items():
         if module == table:
             continue
-        tree = ast.parse(source)
+        tree = _parse(source)
         literals = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)
                     and getattr(n.value, "id", getattr(n.value, "attr", None)) == "Literal"}
         for node in ast.walk(tree):
@@ -472,7 +475,7 @@ def test_the_backend_check_sees_a_branch_a_list_and_a_table():
 def user_error_classes(files: dict[str, str]) -> set[str]:
     """The names of UserError and every class that derives from it, read from the source."""
     bases = {node.name: {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
-             for source in files.values() for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)}
+             for source in files.values() for node in ast.walk(_parse(source)) if isinstance(node, ast.ClassDef)}
     found = {"UserError"}
     while grown := {name for name, of in bases.items() if name not in found and of & found}:
         found |= grown
@@ -486,7 +489,7 @@ def translations(files: dict[str, str]) -> list[tuple[str, bool]]:
     users = user_error_classes(files)
     found = []
     for module, source in files.items():
-        for handler in ast.walk(ast.parse(source)):
+        for handler in ast.walk(_parse(source)):
             if not (isinstance(handler, ast.ExceptHandler) and handler.name and handler.type is not None):
                 continue
             caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
@@ -537,7 +540,7 @@ def run_folder_writes(files: dict[str, str]) -> dict[str, set[str]]:
     names = {"set_status", "write_status", "record_config", "create", "drop_torn_line"}
     found: dict[str, set[str]] = defaultdict(set)
     for module, source in files.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(_parse(source)):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
@@ -561,7 +564,7 @@ def dashboard_none_checks(files: dict[str, str]) -> list[str]:
     """`module:line` of each `dashboard is None` / `is not None` (a dashboard that may be missing)."""
     found = []
     for module, source in files.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(_parse(source)):
             if (isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
                     and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)):
                 left = node.left
@@ -573,7 +576,7 @@ def dashboard_none_checks(files: dict[str, str]) -> list[str]:
 
 def _methods(module: str, cls: str) -> dict[str, str]:
     """A class's public methods (and __enter__/__exit__) -> their parameters, as written."""
-    tree = ast.parse((ROOT.parent / (module.replace(".", "/") + ".py")).read_text())
+    tree = _parse((ROOT.parent / (module.replace(".", "/") + ".py")).read_text())
     body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
     return {f.name: ast.unparse(f.args) for f in body if isinstance(f, ast.FunctionDef)
             and (not f.name.startswith("_") or f.name in ("__enter__", "__exit__"))}

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from kforge.config.schema import KforgeConfig
 from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.samples import Sample
 from kforge.learner.batching import collate
@@ -20,24 +19,8 @@ from kforge.learner.lora import LearnerError
 from kforge.learner.packing import collate_any, plan
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
-from tiny_models import one_thread, small_model  # noqa: F401 (one_thread: autouse)
-
-VOCAB = 16
-
-
-def tiny_model(seed: int = 0):
-    return small_model(seed=seed, vocab=VOCAB)
-
-
-def tiny_cfg(**learner) -> KforgeConfig:
-    cfg = KforgeConfig()
-    cfg.model.gradient_checkpointing = True
-    cfg.lora.rank = 4
-    cfg.lora.alpha = 8
-    cfg.rollout.max_tokens = 8
-    for key, value in learner.items():
-        setattr(cfg.learner, key, value)
-    return cfg
+from tiny_models import LEARNER_VOCAB as VOCAB
+from tiny_models import Planted, one_thread, tiny_cfg, tiny_model  # noqa: F401 (one_thread: autouse)
 
 
 def some_samples() -> list[Sample]:
@@ -624,16 +607,6 @@ def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
     assert metrics["grad_norm"] > 0  # dropout is active in the update
 
 
-class _Planted:
-    """What a shared run folder could hold instead of a learner state: unpickling it touches a file."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (self.marker,))
-
-
 def test_the_learner_state_is_plain_data_and_a_planted_pickle_is_refused(tmp_path: Path):
     from kforge.learner.checkpoint import STATE_FILE
 
@@ -644,7 +617,7 @@ def test_the_learner_state_is_plain_data_and_a_planted_pickle_is_refused(tmp_pat
     assert state["version"] == learner.version and "numpy" in state["rng"]
 
     marker = tmp_path / "unpickled"
-    torch.save({**state, "rng": _Planted(marker)}, tmp_path / "ckpt" / STATE_FILE)
+    torch.save({**state, "rng": Planted(marker)}, tmp_path / "ckpt" / STATE_FILE)
     with pytest.raises(LearnerError, match=f"{STATE_FILE} cannot be loaded as plain data"):
         Learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")
     assert not marker.exists()

@@ -91,6 +91,7 @@ def test_every_option_has_help_and_preset_lists_every_preset():
     assert not missing, missing
 
 
+@pytest.mark.slow  # three `kforge train` processes
 def test_run_names_are_one_folder_name(tmp_path):
     for bad in ("../x", "a/b", ".hidden"):
         line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path / "runs"), "--name", bad))
@@ -103,6 +104,7 @@ def test_a_gpus_typo_leaves_no_run_folder(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # two `kforge train` processes
 def test_a_failed_start_can_be_retried_under_the_same_name(tmp_path):
     args = ("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain",
             f"dataset.source={tmp_path / 'missing.jsonl'}")
@@ -112,6 +114,7 @@ def test_a_failed_start_can_be_retried_under_the_same_name(tmp_path):
     assert again.returncode == 2 and "--resume" not in again.stderr and "missing.jsonl" in again.stderr
 
 
+@pytest.mark.slow  # a `kforge train` process
 def test_config_yaml_records_the_values_the_run_derived_before_anything_reads_them(tmp_path):
     """A model shorter than the preset's context and no --name: the capped length, the prompt budget that
     shrinks with it and the generated run name are in config.yaml (the run fails later, on its data)."""
@@ -131,6 +134,7 @@ def test_config_yaml_records_the_values_the_run_derived_before_anything_reads_th
 
 
 @pytest.mark.parametrize("made_by", ["export", "user_data", "foreign_status", "failed_start_plus_user_file"])
+@pytest.mark.slow  # `kforge train` processes
 def test_train_never_deletes_a_folder_kforge_did_not_mark_as_a_failed_start(tmp_path, made_by):
     """An exported adapter, a user's data folder, a status.json that is not a failed kforge start, or a failed
     start holding a file of the user's: `train --name` refuses in one line and every file survives."""
@@ -154,6 +158,7 @@ def test_train_never_deletes_a_folder_kforge_did_not_mark_as_a_failed_start(tmp_
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+@pytest.mark.slow  # `kforge train` processes
 def test_a_start_stopped_before_its_first_step_frees_its_name_and_a_run_with_steps_says_what_to_do(tmp_path):
     """Ctrl-C while the model loaded left a folder (config, status "stopped", logs, empty plots) that blocked
     its name: it is reused like a failed start. A run with steps is refused in one line naming --resume and
@@ -184,6 +189,7 @@ def test_a_start_stopped_before_its_first_step_frees_its_name_and_a_run_with_ste
         assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+@pytest.mark.slow  # `kforge train` processes
 def test_train_refuses_a_run_name_that_is_a_file(tmp_path):
     (tmp_path / "r").write_text("not a folder")
     line = one_line_exit_2(kforge("train", "--preset", "tiny", "--runs-dir", str(tmp_path), "--name", "r", "--plain"))
@@ -244,6 +250,7 @@ def test_train_refuses_an_index_that_leaks_its_held_out_problems(tmp_path, clean
     assert not (tmp_path / "runs" / "r").exists()
 
 
+@pytest.mark.slow  # builds an index and starts `kforge train`: about 16 s
 def test_rag_build_protects_the_named_presets_held_out_set_and_train_checks_it(tmp_path, clean_env):
     pytest.importorskip("faiss")
     from kforge.ops.doctor_data import check_rag
@@ -283,6 +290,7 @@ def test_a_user_error_raised_deep_down_is_one_line_and_exit_2_by_main_and_by_the
     assert res.stderr.strip().splitlines() == [expected]
 
 
+@pytest.mark.slow  # `kforge train` processes
 def test_a_dry_run_is_refused_where_the_real_start_is(tmp_path):
     """`train --dry-run` runs the pre-flight the start runs: a GPU preset without a GPU and a file given as
     --runs-dir are the same one line (exit 2) as the start, before a plan is printed; a dry run that passes
@@ -390,6 +398,7 @@ def test_small_slips_are_one_line_each(tmp_path, clean_env, capsys):
     assert f"{pairs}:1:" in line and "MiB, over the 4 MiB" in line
 
 
+@pytest.mark.slow  # `kforge` processes that wait on a hub
 def test_an_unreachable_hub_is_asked_once_and_said_in_one_line(tmp_path):
     """Off the network, `eval` of a hub model and `rag build` of a hub corpus ask the hub once (as `train`
     does) and read the local cache only: one line, not the hub's retries and their warnings first."""

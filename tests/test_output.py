@@ -10,6 +10,7 @@ import warnings
 from io import StringIO
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from kforge.ui.dashboard import Dashboard
@@ -22,6 +23,7 @@ def kforge(*args, env=None):
                           env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
 
+@pytest.mark.slow  # `kforge check` processes judging kernels
 def test_piped_check_prints_key_value_lines_not_a_padded_panel(tmp_path):
     problem = tmp_path / "relu_problem.py"
     problem.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
@@ -141,6 +143,7 @@ def test_the_dashboard_ends_on_the_finished_step_with_the_optimisers_numbers():
     assert "learner/lr" in frame and "learner/grad_norm" in frame and "0/1" not in frame.split("step 1 done")[-1]
 
 
+@pytest.mark.slow  # waits 2.5 s for a heartbeat
 def test_piped_eval_progress_speaks_while_nothing_finishes(capsys):
     from kforge.cli.eval_cmd import _Heartbeat
 
@@ -151,6 +154,7 @@ def test_piped_eval_progress_speaks_while_nothing_finishes(capsys):
     assert len(lines) >= 2 and all(line.startswith("generate: 3/40 (") for line in lines), lines
 
 
+@pytest.mark.slow  # several `kforge` processes
 def test_brackets_in_printed_text_are_printed_as_they_are(tmp_path):
     """Rich markup would eat `[gpu]` of a fix and `[red]` of a run's name: every string kforge prints from a
     check, a file or the user is text."""

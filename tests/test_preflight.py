@@ -66,6 +66,7 @@ def test_train_refuses_in_one_line_before_making_a_run_folder(tmp_path, case):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # `kforge doctor` and `kforge train` processes
 def test_doctor_fails_the_rows_train_refuses(tmp_path):
     cases = _cases(tmp_path)
     overrides = [o for case in cases.values() for o in case[0]]
@@ -78,6 +79,7 @@ def test_doctor_fails_the_rows_train_refuses(tmp_path):
 
 
 @pytest.mark.skipif(not NO_GPU, reason="a machine without a GPU")
+@pytest.mark.slow  # `kforge train` processes
 def test_a_gpu_preset_on_a_machine_without_one_is_refused_unless_allowed(tmp_path):
     args = ("train", "--preset", "kevin", "--runs-dir", str(tmp_path / "runs"), "--plain",
             "model.name=kforge-test-org/no-such-model")

@@ -24,6 +24,7 @@ def _cpu_block() -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
 
 
+@pytest.mark.slow  # runs the README's commands as processes
 def test_readme_cpu_commands_run_as_written(tmp_path):
     commands = _cpu_block()
     assert len(commands) >= 5

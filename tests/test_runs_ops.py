@@ -156,6 +156,7 @@ def test_rm_refuses_a_running_run_then_asks(tmp_path):
     assert res.exit_code == 0 and not run.path.exists()
 
 
+@pytest.mark.slow  # a run that ignores SIGTERM, killed after its grace
 def test_stop_now_kills_a_run_that_ignores_sigterm(tmp_path):
     body = """
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kforge.config.loader import resolve, to_yaml
 from kforge.runs.folder import RunFolder, append_jsonl
 
@@ -48,6 +50,7 @@ def test_torn_metrics_line_is_dropped_with_a_copy_and_appends_stay_whole(tmp_pat
     assert drop_torn_line(path) is None
 
 
+@pytest.mark.slow  # resumes through `kforge train`
 def test_resume_after_a_torn_metrics_line_keeps_the_steps(tmp_path):
     run = _run(tmp_path, "failed", 2, f"dataset.source={tmp_path / 'gone.jsonl'}")
     with open(run.path / "metrics.jsonl", "a") as fh:
@@ -59,6 +62,7 @@ def test_resume_after_a_torn_metrics_line_keeps_the_steps(tmp_path):
     assert [m["step"] for m in run.metrics()] == [1, 2, 3] and run.summary()["steps"] == 3
 
 
+@pytest.mark.slow  # resumes through `kforge train`
 def test_a_damaged_trainer_state_falls_back_to_the_previous_checkpoint(tmp_path):
     run = _run(tmp_path, "crashed", 3)
     (run.path / "checkpoints" / "step_000003" / "trainer_state.json").write_text('{"step": 3, "samp')
@@ -78,6 +82,7 @@ def test_resuming_a_finished_run_writes_nothing(tmp_path):
     assert _snapshot(run.path) == before
 
 
+@pytest.mark.slow  # resumes through `kforge train`
 def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
     run = _run(tmp_path, "finished", 3, f"dataset.source={tmp_path / 'gone.jsonl'}")
     config = run.config_path.read_bytes()
@@ -89,6 +94,7 @@ def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
     assert tried["changes"]["max_steps"]["to"] == 5 and undone["event"] == "undone"
 
 
+@pytest.mark.slow  # resumes through `kforge train`
 def test_resume_refuses_another_config_preset_or_name_in_one_line(tmp_path):
     run = _run(tmp_path, "crashed", 2)
     before = _snapshot(run.path)
@@ -112,6 +118,7 @@ def test_a_finished_run_with_nothing_to_do_is_untouched_whatever_the_overrides(t
     assert _snapshot(run.path) == before
 
 
+@pytest.mark.slow  # resumes through `kforge train`
 def test_settings_changed_on_resume_are_recorded_and_logged(tmp_path):
     run = _run(tmp_path, "crashed", 2, f"dataset.source={tmp_path / 'gone.jsonl'}")
     was = run.config_path.read_text()

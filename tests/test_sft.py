@@ -15,7 +15,7 @@ from kforge.credit.samples import Sample
 from kforge.learner.learner import Learner
 from kforge.problems import builtin_problems
 from kforge.train import sft as warm
-from tests.test_learner import one_thread, tiny_cfg, tiny_model  # noqa: F401  (one_thread: an autouse fixture)
+from tiny_models import one_thread, tiny_cfg, tiny_model  # noqa: F401  (one_thread: an autouse fixture)
 
 
 def _kforge(*args):

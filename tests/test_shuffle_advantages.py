@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from hand_batch import batch
 from kforge.config.loader import resolve
 from kforge.credit.advantages import assign_returns, build_samples
-from tests.test_advantages import batch
 
 
 def _samples(shuffle: bool, seed: int):

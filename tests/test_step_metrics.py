@@ -2,13 +2,35 @@
 their share, and `learner.drop_truncated` leaves them out of the loss (not out of their group's baseline).
 Peak GPU memory of each role over a step."""
 
+import pytest
+
 from kforge.config.schema import LearnerConfig
 from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.rewards import score_trajectories
 from kforge.policy.prompts import PromptBuilder
 from kforge.rollout.base import Completion
 from kforge.train.metrics import rollout_metrics
-from test_episode import KERNEL, NOT_A_MODEL, ScriptedBackend, answer, grade_by_parsing, make_cfg, problems, run, tok  # noqa: F401
+from scripted_episodes import (
+    KERNEL,
+    NOT_A_MODEL,
+    ScriptedBackend,
+    answer,
+    grade_by_parsing,
+    make_cfg,
+    run,
+    smollm_tokenizer,
+    three_problems,
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return smollm_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return three_problems()
 
 
 class CutBackend(ScriptedBackend):
@@ -25,7 +47,7 @@ class CutBackend(ScriptedBackend):
         return Completion(ids, reply, [-0.5] * len(ids), "length" if cut else "stop")
 
 
-def test_truncated_turns_are_marked_reported_and_can_be_left_out(tok, problems):  # noqa: F811 (fixtures imported above)
+def test_truncated_turns_are_marked_reported_and_can_be_left_out(tok, problems):
     a = problems[0]
     backend = CutBackend(tok, problems, {})
     builder = PromptBuilder(tok, option="zero_shot")
@@ -67,7 +89,7 @@ def test_peak_gpu_memory_per_role_over_a_step():
     assert peaks.take()["gpu/learner/peak_mem_gb"] == 5.0  # the next step starts over
 
 
-def test_untimed_correct_kernels_log_no_fast_1_and_the_dashboard_says_not_measured(tok, problems):  # noqa: F811 (fixtures imported above)
+def test_untimed_correct_kernels_log_no_fast_1_and_the_dashboard_says_not_measured(tok, problems):
     """On a CPU correct kernels are not timed: a fast_1 of 0 would be a number nobody measured."""
     from io import StringIO
 
@@ -136,7 +158,7 @@ def test_a_penalty_only_stretch_is_said_once_with_the_warm_start_as_the_way_out(
 
 
 def test_a_step_without_a_correct_kernel_logs_no_fast_1_and_runs_ls_and_compare_say_dash(
-        tok, problems, tmp_path):  # noqa: F811 (fixtures imported above)
+        tok, problems, tmp_path):
     """Nothing timed (no correct kernel to time, as in a CPU run whose answers all fail): no fast_1 of 0 that no
     clock gave, so `runs ls` says `-`; and `eval compare` says `-` for a file whose speed was not measured."""
     import json

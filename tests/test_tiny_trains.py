@@ -15,8 +15,8 @@ from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.rewards import score_trajectories
 from kforge.learner.learner import Learner
 from kforge.policy.records import Candidate, Trajectory, Turn
-from test_learner import VOCAB, tiny_model
-from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
+from tiny_models import LEARNER_VOCAB as VOCAB
+from tiny_models import one_thread, tiny_model  # noqa: F401 (one_thread: autouse, one intra-op thread)
 
 
 def small_model_turn(problem: str, index: int, tokens: int, max_tokens: int, seed: int) -> Turn:

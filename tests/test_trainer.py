@@ -15,37 +15,16 @@ import pytest
 
 from fake_parts import DeadEngine, FakeBuilder, FakeEngine, FakeLearner, FakePool
 from kforge.config.loader import to_yaml
-from kforge.config.schema import KforgeConfig
 from kforge.policy.runner import EpisodeRunner, VerdictCache
 from kforge.problems import builtin_problems
 from kforge.rollout.base import BackendError
 from kforge.runs.folder import RunFolder
 from kforge.train.placement import Plan
 from kforge.train.trainer import Parts, Trainer
-
-SPLIT = Plan(["0", "1"], rollout=[0], learner=[1], eval=[1])  # two GPUs: the mode where steps overlap
-
-
-def make_cfg(**log) -> KforgeConfig:
-    cfg = KforgeConfig()
-    cfg.episode.mode = "single_turn"
-    cfg.dataset.batch_size, cfg.dataset.group_size, cfg.dataset.epochs = 1, 4, 2
-    cfg.dataset.test_fraction = 0.0
-    cfg.rollout.max_staleness = 1
-    cfg.log.tensorboard, cfg.log.save_every = False, 1
-    for k, v in log.items():
-        setattr(cfg.log, k, v)
-    return cfg
+from trainer_parts import SPLIT, Serial, make_cfg, make_trainer, one_sample
 
 
-def make_trainer(tmp_path, cfg, learner, pool, name="r", run=None):
-    problems = builtin_problems()[:2]
-    engine = FakeEngine()
-    runner = EpisodeRunner(engine, FakeBuilder(problems), pool.evaluate, cfg, VerdictCache())
-    run = run or RunFolder.create(tmp_path, name, to_yaml(cfg))
-    return Trainer(cfg, run, SPLIT, problems, [], Parts(learner, pool, runner, shares_model=False))
-
-
+@pytest.mark.slow  # four pipelined steps of 0.8 s learner work
 def test_pipelined_statistics_belong_to_their_own_step(tmp_path):
     """The next step's rollouts run while the learner trains. Each step reports its own evaluation time
     and cache hits: the first step of a problem evaluates its one kernel (the other samples hit the
@@ -105,6 +84,7 @@ def _learner_proc(cfg, tmp_path, fault="", at=0):
                           log_path=str(tmp_path / f"learner-{fault or 'ok'}.log"), start_timeout_s=300)
 
 
+@pytest.mark.slow  # a real learner process trains, hangs and dies: about 20 s
 def test_a_hung_or_dead_learner_fails_the_run_within_its_deadline_and_resume_continues(tmp_path, tiny_model_dir):
     """The real learner process (a real Learner, real LoRA steps, real checkpoints) hangs at step 2: the run
     fails within learner.call_timeout_s and saves nothing half-trained. Resumed from step 1 on a fresh
@@ -223,6 +203,7 @@ def test_a_restarted_rollout_backend_is_held_in_one_place(tmp_path):
     assert fresh.closed
 
 
+@pytest.mark.slow  # starts a learner process on a scratch model
 def test_the_learner_takes_the_runs_sampling_record(tmp_path, tiny_model_dir):
     """build_parts hands the learner the sampling settings the episodes sample with, as one record."""
     from kforge.rollout.base import sampling_from_config
@@ -248,7 +229,7 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
     from kforge.learner.checkpoint import STATE_FILE
     from kforge.learner.learner import Learner
     from kforge.train.build import SetupError, restore_newest
-    from test_learner import _Planted, tiny_cfg, tiny_model
+    from tiny_models import Planted, tiny_cfg, tiny_model
 
     cfg = tiny_cfg()
     cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
@@ -259,7 +240,7 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
         trainer.save_checkpoint("scheduled")
     marker = tmp_path / "unpickled"
     planted = run.path / "checkpoints" / "step_000002" / "learner" / STATE_FILE
-    torch.save({"rng": _Planted(marker)}, planted)
+    torch.save({"rng": Planted(marker)}, planted)
     assert run.last_checkpoint()["step"] == 2  # a whole file: only loading it shows what it holds
 
     said = []
@@ -268,7 +249,7 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
     assert fresh.step == 1 and fresh.parts.learner.version == 1 and not marker.exists()
     assert len(said) == 1 and str(planted) in said[0] and "trying the one before it" in said[0]
 
-    torch.save({"rng": _Planted(marker)}, run.path / "checkpoints" / "step_000001" / "learner" / STATE_FILE)
+    torch.save({"rng": Planted(marker)}, run.path / "checkpoints" / "step_000001" / "learner" / STATE_FILE)
     with pytest.raises(SetupError, match="no checkpoint of run r can be resumed from"):
         restore_newest(make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model(2)), FakePool(), run=run), run,
                        said.append)
@@ -293,7 +274,9 @@ class _SlowWriter(FakeLearner):
         super().save_checkpoint(path)
 
 
-@pytest.mark.parametrize("what", ["adapter", "checkpoint", "transcript"])
+# Each a few seconds of steps; the fast loop keeps the transcript's.
+@pytest.mark.parametrize("what", [pytest.param("adapter", marks=pytest.mark.slow),
+                                  pytest.param("checkpoint", marks=pytest.mark.slow), "transcript"])
 def test_the_event_loop_keeps_serving_while_a_slow_write_runs(tmp_path, monkeypatch, what):
     """An adapter sync, a checkpoint or a transcript that takes 0.8 s must not hold the event loop: the
     next step's trajectories (pipelined) and anything else on the loop keep running meanwhile."""
@@ -474,38 +457,6 @@ class Mortal(FakeEngine):
         self.closed = True
 
 
-class Serial(FakeLearner):
-    """A learner that, like the learner process, runs one call at a time: a save asked during its train step
-    runs after it (noted in `saved_in_step`); `spans` holds each train step's (start, end). With `hold`, a
-    train step lasts until that event is set."""
-
-    def __init__(self, step_s: float = 0.0, hold: threading.Event | None = None) -> None:
-        super().__init__(step_s)
-        self.lock, self.training, self.saved_in_step, self.spans = threading.Lock(), False, [], []
-        self.hold = hold
-
-    def train_step(self, samples):
-        with self.lock:
-            self.training, t0 = True, time.monotonic()
-            try:
-                assert self.hold is None or self.hold.wait(10)
-                return super().train_step(samples)
-            finally:
-                self.training = False
-                self.spans.append((t0, time.monotonic()))
-
-    def save_adapter(self, path, dtype=None):
-        self.saved_in_step.append(self.training)
-        with self.lock:
-            super().save_adapter(path, dtype)
-
-
-def _one_sample():
-    from types import SimpleNamespace
-
-    return [SimpleNamespace(policy_version=0)]
-
-
 def test_pipelined_an_engine_restarted_while_the_learner_trains_gets_its_adapter_off_the_loop(tmp_path):
     """Split and pipelined, one engine: the next step's rollouts find it dead while the learner trains. It is
     started again off the event loop, given the adapter it had (version 0, from the folder written for
@@ -533,7 +484,7 @@ def test_pipelined_an_engine_restarted_while_the_learner_trains_gets_its_adapter
     seed_everything(0)  # a step's rollouts start with it; its first call imports torch (seconds)
 
     async def main():
-        learning = asyncio.ensure_future(trainer._learn_step(_one_sample(), StepTimes()))
+        learning = asyncio.ensure_future(trainer._learn_step(one_sample(), StepTimes()))
         while not learner.training:
             await asyncio.sleep(0.01)
         dead.dead = True  # the next step's rollouts meet a dead engine while the learner trains
@@ -567,7 +518,7 @@ def test_an_engine_that_dies_asleep_or_in_the_sync_is_restarted_after_the_learne
     assert trainer.plan.mode == "colocated"
     trainer._sync_adapter()  # version 0
     engine.dies_at = dies_at
-    asyncio.run(trainer._learn_step(_one_sample(), StepTimes()))
+    asyncio.run(trainer._learn_step(one_sample(), StepTimes()))
     trainer._sync_adapter()  # version 1
     assert starts == [(False, 1)] and engine.closed and trainer.restarts == 1
     assert fresh.loaded == ([(1, 1)] if dies_at == "load_adapter" else [(0, 0), (1, 1)]) and fresh.version == 1

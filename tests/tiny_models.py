@@ -1,8 +1,11 @@
 """Tiny causal LMs built from a config (nothing downloaded) and the learner settings the learner tests share.
 
-`one_thread` is an autouse fixture: a test module that imports it runs its tests on one intra-op thread."""
+`one_thread` is an autouse fixture: a test module that imports it runs its tests on one intra-op thread.
+`tiny_model` and `tiny_cfg` are the learner tests' model (LEARNER_VOCAB tokens) and settings."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.credit.samples import Sample
 
 VOCAB = 97  # unlike every other dimension of the model, so a [rows, vocab] tensor is recognisable
+LEARNER_VOCAB = 16  # the learner tests' model
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +73,30 @@ def perturbed(learner):
         for p in learner.params:
             p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
     return learner
+
+
+def tiny_model(seed: int = 0):
+    """The learner tests' model: `small_model` with LEARNER_VOCAB tokens."""
+    return small_model(seed=seed, vocab=LEARNER_VOCAB)
+
+
+def tiny_cfg(**learner) -> KforgeConfig:
+    """The learner tests' settings: LoRA r4, gradient checkpointing, 8 new tokens, `learner` fields set."""
+    cfg = KforgeConfig()
+    cfg.model.gradient_checkpointing = True
+    cfg.lora.rank = 4
+    cfg.lora.alpha = 8
+    cfg.rollout.max_tokens = 8
+    for key, value in learner.items():
+        setattr(cfg.learner, key, value)
+    return cfg
+
+
+class Planted:
+    """What a shared run folder could hold instead of a learner state: unpickling it touches a file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))

@@ -466,6 +466,7 @@ def test_a_draw_of_inputs_that_fails_is_the_references_fault(pools: _Pools, monk
     assert v.details["draw_attempts"] == 3  # a reference that fails on every draw: given up after three
 
 
+@pytest.mark.slow  # judged through the pool
 def test_a_draw_that_fails_once_is_drawn_again(pools: _Pools, monkeypatch: pytest.MonkeyPatch) -> None:
     """An H100 beside a busy pool: two honest KernelBench kernels (52, 96) came back "the problem's reference
     Model failed" in one of three rounds, though the same reference had run there (its clock cached). A draw

@@ -157,6 +157,7 @@ def test_no_worker_uses_the_device_while_another_times_on_it(tmp_path, monkeypat
     assert overlaps == []
 
 
+@pytest.mark.slow  # a pool of evaluation children
 def test_start_ups_beyond_the_limit_wait_holding_nothing(tmp_path, monkeypatch):
     """`evaluator.startups_per_gpu`: with a limit of one, no two children (candidates, references, draws) are
     between their fork and their READY at once, a start-up that waits holds no gate (so a timer never waits

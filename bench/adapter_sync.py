@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Adapter sync on a busy engine: each part of the trainer's sync of a rank-32 LoRA on a 7B shape, timed.
 
-    python bench/adapter_sync.py [--shape 7b|1.5b|tiny] [--rank 32] [--syncs 6] [--prompts 64] [--tokens 1024]
+    python -m bench.adapter_sync [--shape 7b|1.5b|tiny] [--rank 32] [--syncs 6] [--prompts 64] [--tokens 1024]
 
 The parts, in the order `Trainer._sync_adapter` runs them:
   save    the adapter cast to the engine's dtype and written whole by `EngineCopies` (under /dev/shm when it is
@@ -20,15 +20,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 # From the published config.json files (the same shapes as bench/learner.py's).
 SHAPES = {
@@ -72,7 +67,7 @@ class Load:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.adapter_sync", description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="7b", choices=sorted(SHAPES))
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--syncs", type=int, default=6, help="timed syncs while generating")
@@ -86,6 +81,7 @@ def main() -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from bench.scratch_model import write_model_folder
     from kforge.config.schema import KforgeConfig
     from kforge.learner import checkpoint as ckpt
     from kforge.learner.lora import attach_lora, save_adapter_folder
@@ -93,7 +89,6 @@ def main() -> int:
     from kforge.rollout.adapters import EngineCopies
     from kforge.rollout.base import GenerationRequest, SamplingParams
     from kforge.rollout.vllm_worker import VLLMBackend, engine_kwargs_from_config
-    from scratch_model import write_model_folder
 
     work = Path(args.work or tempfile.mkdtemp(prefix="kforge-sync-"))
     folder = write_model_folder(work / "model", max_positions=8192, **SHAPES[args.shape])  # config + tokenizer

@@ -1,13 +1,13 @@
-"""Evaluator throughput of two checkouts on this machine, interleaved: bench/eval_throughput.py of each,
+"""Evaluator throughput of two checkouts on this machine, interleaved: bench.eval_throughput against each,
 run alternately (A B, then B A, ...) so that load from elsewhere falls on both alike.
 
-    python bench/eval_ab.py --base f4782c0 --rounds 3            # a commit of this repository vs this tree
-    python bench/eval_ab.py --base-dir /path/to/other/checkout   # any other checkout
+    python -m bench.eval_ab --base f4782c0 --rounds 3            # a commit of this repository vs this tree
+    python -m bench.eval_ab --base-dir /path/to/other/checkout   # any other checkout
 
 Each run gets a fresh cache folder (cold: references computed) and is then repeated on it (warm: the
-references cached, as in training). Every run is this checkout's eval_throughput.py (the same
-candidates) with the other checkout's kforge (`--cpu --shrink` by default: tiny shapes, Triton
-interpreter). Prints one row per run (candidates/minute by wall time, and CPU seconds per candidate over
+references cached, as in training). Every run is this checkout's bench.eval_throughput (the same
+candidates) with the other checkout's kforge, named by KFORGE_BENCH_ROOT (`--cpu --shrink` by default: tiny
+shapes, Triton interpreter). Prints one row per run (candidates/minute by wall time, and CPU seconds per candidate over
 the whole process tree: on a shared machine the wall time swings with others' load, the CPU time much
 less) and, per checkout, the means and the ratios to the base.
 """
@@ -25,14 +25,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import REPO, kernelbench_jsonl
+
 _RATE = re.compile(r"(\d+) candidates in ([\d.]+) s = ([\d.]+) candidates/min")
 
 
 def export(rev: str, where: Path) -> Path:
     """A plain copy of `rev` of this repository (no worktree, nothing written to .git)."""
     where.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
     return where
 
@@ -46,10 +47,10 @@ def _cpu_s() -> float:
 def run(checkout: Path, cache: Path, args: argparse.Namespace) -> tuple[float, float, float]:
     """(candidates/min, wall s, CPU s per candidate) of one eval_throughput run against `checkout`."""
     env = dict(os.environ, PYTHONPATH=str(checkout), KFORGE_BENCH_ROOT=str(checkout), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, str(ROOT / "bench" / "eval_throughput.py"), "--problems", args.problems,
+    cmd = [sys.executable, "-m", "bench.eval_throughput", "--problems", str(Path(args.problems).resolve()),
            "--cache-dir", str(cache), *args.extra]
     cpu0 = _cpu_s()
-    out = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=args.timeout)
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
     found = _RATE.search(out.stdout)
     if out.returncode != 0 or not found:
         sys.exit(f"error: {checkout.name} run failed (rc {out.returncode}):\n{(out.stdout + out.stderr)[-2000:]}")
@@ -57,13 +58,14 @@ def run(checkout: Path, cache: Path, args: argparse.Namespace) -> tuple[float, f
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.eval_ab", description=__doc__.splitlines()[0])
     ap.add_argument("--base", help="a commit of this repository to compare against")
     ap.add_argument("--base-dir", help="or a checkout folder")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--problems", default=str(ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
+    ap.add_argument("--problems", default=str(kernelbench_jsonl()), help="KernelBench's problems.jsonl "
+                    "(default: $KFORGE_KERNELBENCH, else ../shared/data/kernelbench/problems.jsonl)")
     ap.add_argument("--timeout", type=float, default=1200.0)
-    ap.add_argument("extra", nargs="*", default=["--cpu", "--shrink"], help="arguments for eval_throughput.py")
+    ap.add_argument("extra", nargs="*", default=["--cpu", "--shrink"], help="arguments for bench.eval_throughput")
     args = ap.parse_args()
     if bool(args.base) == bool(args.base_dir):
         sys.exit("error: give exactly one of --base REV or --base-dir PATH")
@@ -72,7 +74,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kforge-ab-"))
     try:
         base = export(args.base, work / "base") if args.base else Path(args.base_dir).resolve()
-        checkouts = {"base": base, "this": ROOT}
+        checkouts = {"base": base, "this": REPO}
         heads = ("round", "checkout", "cold cand/min", "cold s", "cold cpu s/cand", "warm cand/min", "warm s",
                  "warm cpu s/cand")
         print(" | ".join(heads), flush=True)

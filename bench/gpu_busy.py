@@ -2,8 +2,8 @@
 """How busy each GPU and each role kept the GPUs through a run's steps: NVML sampled during the steps,
 not read at their end.
 
-    python bench/gpu_busy.py record --out busy.jsonl [--every 0.5]      # until killed (SIGTERM/SIGINT)
-    python bench/gpu_busy.py summary busy.jsonl RUN_FOLDER [--skip 1]   # over the run's steps
+    python -m bench.gpu_busy record --out busy.jsonl [--every 0.5]      # until killed (SIGTERM/SIGINT)
+    python -m bench.gpu_busy summary busy.jsonl RUN_FOLDER [--skip 1]   # over the run's steps
 
 `record` writes one line per sample: each GPU's utilisation (the share of the last sample period in which a
 kernel ran) and, per role, the SM utilisation NVML attributes to that role's processes and the GPU memory
@@ -114,7 +114,7 @@ def summary(samples_path: Path, run: Path, skip: int) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_busy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record")
     r.add_argument("--out", required=True)

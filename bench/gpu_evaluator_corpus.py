@@ -1,7 +1,7 @@
 """Run the candidate corpus (tests/candidates) through the evaluator on a GPU and print a table.
 
-    python bench/gpu_evaluator_corpus.py            # GPU 0 (falls back to CPU without one)
-    python bench/gpu_evaluator_corpus.py --cpu      # the same corpus on the Triton interpreter
+    python -m bench.gpu_evaluator_corpus            # GPU 0 (falls back to CPU without one)
+    python -m bench.gpu_evaluator_corpus --cpu      # the same corpus on the Triton interpreter
 
 Every row says what the evaluator was expected to say and what it said; the exit code is 1 when
 any row disagrees. The candidates of one layer mode are judged together (the pool's workers in
@@ -19,15 +19,13 @@ import importlib.util
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import REPO, print_table
 
 
 def _manifest():
-    path = ROOT / "tests" / "candidates" / "manifest.py"
+    path = REPO / "tests" / "candidates" / "manifest.py"
     spec = importlib.util.spec_from_file_location("kforge_candidate_manifest", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -36,16 +34,12 @@ def _manifest():
 
 
 def _table(heads: tuple[str, ...], rows: list[tuple]) -> None:
-    widths = [max(len(str(r[i])) for r in rows + [heads]) for i in range(len(heads))]
     print()
-    print(" | ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+    print_table(heads, rows)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_evaluator_corpus", description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--timing-trials", type=int, default=20)
     ap.add_argument("--cache-dir", default=None)
@@ -69,8 +63,8 @@ def main() -> int:
     print("layers on this machine:")
     for name, active, detail in layers.explain():
         print(f"  [{'x' if active else ' '}] {name}: {detail}")
-    good = (ROOT / "tests" / "candidates" / "relu_correct.py").read_text()
-    solution = ROOT / "kforge/problems/builtin/level1/solutions/1_Add.py"
+    good = (REPO / "tests" / "candidates" / "relu_correct.py").read_text()
+    solution = REPO / "kforge/problems/builtin/level1/solutions/1_Add.py"
     pools: dict[str, EvalPool] = {}
 
     def pool(mode: str) -> EvalPool:
@@ -86,7 +80,7 @@ def main() -> int:
     def fill(p: EvalPool, code: str) -> str:
         return code.replace("__PORT__", "9").replace("__SLEEP__", "4321.5").replace(
             "__TARGET__", "/tmp/kforge-escape-check.txt").replace("__POOL_PID__", str(os.getpid())).replace(
-            "__CACHE__", str(p.cache_dir)).replace("__SOLUTION__", str(solution)).replace("__CHECKOUT__", str(ROOT))
+            "__CACHE__", str(p.cache_dir)).replace("__SOLUTION__", str(solution)).replace("__CHECKOUT__", str(REPO))
 
     def judge_all(mode: str, items: list[tuple[str, str, str]]) -> list[tuple[Any, float]]:
         """(verdict, seconds from submission) per (problem, code, backend), judged in parallel."""
@@ -109,7 +103,7 @@ def main() -> int:
         print(f"device: {pool('all').gpu_names[0]}  torch {torch.__version__}", flush=True)
         if gpu and not only:  # coverage: the candidate's own kernels' share of its GPU time
             cov = [c for c in m.COVERAGE if not (args.skip_cuda and c[2] == "cuda")]
-            got = judge_all("all", [(problem, (ROOT / "tests/candidates/coverage" / f).read_text(), backend)
+            got = judge_all("all", [(problem, (REPO / "tests/candidates/coverage" / f).read_text(), backend)
                                     for f, problem, backend, _r, _f in cov])
             for (f, _problem, backend, (lo, hi), flag), (v, wall) in zip(cov, got):
                 ok = v.coverage is not None and lo <= v.coverage <= hi and (not flag or flag in v.flags)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU check of kforge's rollout backends, offline, on a randomly initialised model of a real architecture.
 
-  python bench/gpu_rollout_check.py [--quick] [--work DIR] [--json FILE] [--skip-hf] [--skip-vllm]
+  python -m bench.gpu_rollout_check [--quick] [--work DIR] [--json FILE] [--skip-hf] [--skip-vllm]
 
 HF backend: batched generation, log-probs against a forward pass, LoRA hot-load changing outputs,
 sleep/wake. vLLM backend (when vLLM imports): generation, log-probs against the HF forward pass (fp32)
@@ -22,8 +22,6 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(key, value)
@@ -225,7 +223,8 @@ def print_table() -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.gpu_rollout_check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small model, eager vLLM, fewer prompts")
     p.add_argument("--work", default="/tmp/kforge-gpu-check")
     p.add_argument("--json", default="")
@@ -242,8 +241,7 @@ def main() -> int:
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test fixture: a scratch model
-    from scratch_model import write_lora, write_model_folder
+    from bench.scratch_model import write_lora, write_model_folder
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

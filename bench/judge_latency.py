@@ -1,19 +1,20 @@
 """The judge's latency and throughput on small kernels, and its honesty under load.
 
-    python bench/judge_latency.py                          # one worker, checks one at a time: the breakdown
-    python bench/judge_latency.py --workers 16 --rounds 3  # a full pool: checks/minute per GPU
-    python bench/judge_latency.py --busy 2 --rounds 3      # the same beside 2 busy processes (a second pool
+    python -m bench.judge_latency                          # one worker, checks one at a time: the breakdown
+    python -m bench.judge_latency --workers 16 --rounds 3  # a full pool: checks/minute per GPU
+    python -m bench.judge_latency --busy 2 --rounds 3      # the same beside 2 busy processes (a second pool
                                                            # judging in a loop, a CPU spinner): flags counted
-    python bench/judge_latency.py --cpu --count 3          # plumbing on the CPU (Triton interpreter)
+    python -m bench.judge_latency --cpu --count 3          # plumbing on the CPU (Triton interpreter)
 
 Candidates: honest elementwise Triton kernels of the shape the curriculum family has (one torch expression
 over 1-3 inputs of 16 x 4096 fp32, some with a row reduction; ~0.01-0.2 ms a call on an H100), plus with
-`--set kb` the correct KernelBench level-1 candidates of bench/eval_throughput.py and with `--set builtin`
+`--set kb` the correct KernelBench level-1 candidates of bench/kb_candidates.py and with `--set builtin`
 kforge's built-in solutions. Every one is honest: any flag or verdict other than `correct` is a false
 positive, counted in the last line. Prints per check the stages of `details.durations` (fork, import,
 first trial, correctness, warm-up, timing and its parts: up to the window's end, the copy-out and answer,
 the parent's frozen read; profile), their medians, and checks/minute. KFORGE_BENCH_ROOT measures another
-checkout with the same candidates (before/after in one run: run it twice, one root each).
+checkout with the same candidates (before/after in one run: run it twice, one root each); KFORGE_KERNELBENCH
+names KernelBench's problems.jsonl for `--set kb` (default: ../shared/data/kernelbench/problems.jsonl).
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, os.environ.get("KFORGE_BENCH_ROOT", str(ROOT)))
+from bench.common import REPO, kernelbench_jsonl, kforge_root, print_table, use_kforge_from
 
 PROBLEM = '''import torch
 import torch.nn as nn
@@ -146,13 +146,12 @@ def candidates(sets: list[str], rows: int, cols: int, cpu: bool) -> list[tuple[s
 
         items += [(f"builtin {p.key}", p, p.solution) for p in builtin_problems() if p.solution]
     if "kb" in sets:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import eval_throughput as et  # the KernelBench level-1 candidates kept there
+        from bench.kb_candidates import correct_candidates, shrink
 
-        kb = Path(os.environ.get("KFORGE_KERNELBENCH", ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
+        kb = kernelbench_jsonl()
         by_id = {r["problem_id"]: r for r in map(json.loads, kb.read_text().splitlines()) if r["level"] == 1}
-        for pid, code in et.correct_candidates().items():
-            prob = et.shrink(by_id[pid]["code"]) if cpu else by_id[pid]["code"]
+        for pid, code in correct_candidates().items():
+            prob = shrink(by_id[pid]["code"]) if cpu else by_id[pid]["code"]
             items.append((f"kb {pid}", Problem(1, pid, by_id[pid]["name"], prob, source="kernelbench"), code))
     return items
 
@@ -166,14 +165,16 @@ def busy(args: argparse.Namespace) -> list[subprocess.Popen]:
     a loop (on the same GPU), each its own process group."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)]
     for i in range(args.busy - 1):
-        argv = [sys.executable, __file__, "--loop", "--workers", str(args.workers), "--set", args.set,
-                "--cache-dir", f"{args.cache_dir or '/tmp/kforge-judge-latency'}-busy{i}"] + (["--cpu"] if args.cpu else [])
-        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        cache = Path(args.cache_dir or "/tmp/kforge-judge-latency").resolve()
+        argv = [sys.executable, "-m", "bench.judge_latency", "--loop", "--workers", str(args.workers), "--set", args.set,
+                "--cache-dir", f"{cache}-busy{i}"] + (["--cpu"] if args.cpu else [])
+        procs.append(subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True))
     return procs
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.judge_latency", description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=1, help="workers per GPU (1: each check alone)")
     ap.add_argument("--rounds", type=int, default=2, help="the candidates this many times in one pool (the first "
                     "computes the references; the table shows the last)")
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)  # a busy pool: judge until killed
     args = ap.parse_args(argv)
     if args.cpu:
-        os.environ["TRITON_INTERPRET"] = "1"
+        os.environ["TRITON_INTERPRET"] = "1"  # before torch and triton are imported
+    use_kforge_from(os.environ.get("KFORGE_BENCH_ROOT"))
     import torch
 
     from kforge.config.schema import EvaluatorConfig
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for proc in helpers:
             proc.kill()
-    print(f"device: {device}; torch {torch.__version__}; kforge from {sys.path[0]}; workers/GPU {args.workers}; "
+    print(f"device: {device}; torch {torch.__version__}; kforge from {kforge_root()}; workers/GPU {args.workers}; "
           f"busy processes beside: {args.busy}; timing trials {cfg.timing_trials}; start-ups at once "
           f"{cfg.startups_per_gpu or 'unlimited'}")
     heads = ("candidate", "verdict", "calls") + tuple(s.removesuffix("_s") for s in STAGES) + ("total s",)
@@ -236,11 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = v.status.value + ("+" + "+".join(v.flags) if v.flags else "")
         table.append((label, verdict, str(d.get("timed_calls", "-")),
                       *[f"{d[s]:.3f}" if s in d else "-" for s in STAGES], f"{v.run_s:.2f}"))
-    widths = [max(len(r[i]) for r in table + [heads]) for i in range(len(heads))]
-    print(" | ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for r in table:
-        print(" | ".join(x.ljust(w) for x, w in zip(r, widths)))
+    print_table(heads, table)
     med = {s: statistics.median(vals) for s in STAGES
            if (vals := [v.details["durations"][s] for v in last if s in v.details.get("durations", {})])}
     print("medians: " + ", ".join(f"{s.removesuffix('_s')} {x:.3f} s" for s, x in med.items())

@@ -6,14 +6,14 @@ on random-init models with the real architectures of Qwen2.5-Coder-1.5B and -7B 
 written out below, nothing is downloaded), at 4k and 8k tokens per sequence, in bf16 and, when
 bitsandbytes imports, with a 4-bit NF4 base (QLoRA).
 
-    python bench/learner.py            # full table (1.5B and 7B, 4k and 8k, bf16 and 4-bit)
-    python bench/learner.py --quick    # 1.5B at 4k only, fewer steps
-    python bench/learner.py --smoke    # a tiny model on the CPU: checks this script, measures nothing useful
-    python bench/learner.py --models 7b --seq 8192 --quant bf16 --chunk 0,1024 --autocast off,on --recompute 1,0.25
+    python -m bench.learner            # full table (1.5B and 7B, 4k and 8k, bf16 and 4-bit)
+    python -m bench.learner --quick    # 1.5B at 4k only, fewer steps
+    python -m bench.learner --smoke    # a tiny model on the CPU: checks this script, measures nothing useful
+    python -m bench.learner --models 7b --seq 8192 --quant bf16 --chunk 0,1024 --autocast off,on --recompute 1,0.25
                                        # today's learner (chunk 0, autocast off) beside the chunked head and bf16
-    python bench/learner.py --models 7b --seq 8192 --quant bf16 --chunk 1024 --pack off,on --lengths mixed
+    python -m bench.learner --models 7b --seq 8192 --quant bf16 --chunk 1024 --pack off,on --lengths mixed
                                        # padded rows beside packed rows, on samples of different lengths
-    python bench/learner.py --models 7b --seq 8192,16384 --micro-batch-tokens 16384 --quant bf16 --chunk 1024 \
+    python -m bench.learner --models 7b --seq 8192,16384 --micro-batch-tokens 16384 --quant bf16 --chunk 1024 \
         --autocast on --pack on --recompute auto,0.25   # the share `auto` picks beside a fixed one
 
 Conventions:
@@ -49,13 +49,11 @@ import statistics
 import sys
 import time
 import traceback
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
 
@@ -301,7 +299,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.learner", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1.5B at 4k only, 1 warm-up + 2 timed steps")
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU (checks the script)")
     parser.add_argument("--models", default="1.5b,7b", help="comma list of: " + ", ".join(a for a in ARCHS if a != "smoke"))
@@ -326,7 +324,7 @@ def main() -> int:
     args = parser.parse_args()
     for flag, value in (("--autocast", args.autocast), ("--pack", args.pack)):
         if any(a.strip() not in ("on", "off") for a in value.split(",")):
-            print(f"bench/learner.py: {flag} {value!r}: a comma list of on, off", file=sys.stderr)
+            print(f"bench.learner: {flag} {value!r}: a comma list of on, off", file=sys.stderr)
             return 2
 
     if args.smoke:
@@ -336,7 +334,7 @@ def main() -> int:
     else:
         args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if not args.device.startswith("cuda"):
-            print("bench/learner.py: no CUDA device; run it on a GPU machine, or pass --smoke to check it on a CPU",
+            print("bench.learner: no CUDA device; run it on a GPU machine, or pass --smoke to check it on a CPU",
                   file=sys.stderr)
             return 2
         models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -346,7 +344,7 @@ def main() -> int:
             models, seqs, args.steps = models[:1], seqs[:1], min(args.steps, 2)
         bad = [m for m in models if m not in ARCHS] + [q for q in quants if q not in ("bf16", "4bit")]
         if bad:
-            print(f"bench/learner.py: unknown --models/--quant value {bad[0]!r}", file=sys.stderr)
+            print(f"bench.learner: unknown --models/--quant value {bad[0]!r}", file=sys.stderr)
             return 2
         if "4bit" in quants:
             try:

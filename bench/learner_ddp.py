@@ -5,9 +5,9 @@ Prints per rank count the train_step wall time, tokens/s and peak memory of rank
 difference of the updated adapter against one rank (it must be at bf16/fp32 rounding level: the update is
 the same for any rank count). Random-init models with the real shapes of bench/learner.py's ARCHS.
 
-    python bench/learner_ddp.py --gpus 2 --arch 1.5b          # 1 vs 2 ranks
-    python bench/learner_ddp.py --gpus 4 --arch 7b --seq 4096
-    python bench/learner_ddp.py --smoke                         # CPU, gloo, tiny model: checks this script
+    python -m bench.learner_ddp --gpus 2 --arch 1.5b          # 1 vs 2 ranks
+    python -m bench.learner_ddp --gpus 4 --arch 7b --seq 4096
+    python -m bench.learner_ddp --smoke                         # CPU, gloo, tiny model: checks this script
 """
 
 from __future__ import annotations
@@ -15,13 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from kforge.config.schema import KforgeConfig  # noqa: E402
 from kforge.credit.samples import Sample  # noqa: E402
@@ -37,8 +33,9 @@ class BenchLearner(LearnerService):
 
     def base_model(self, cfg, device):
         import torch
-        from learner import ARCHS
         from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        from bench.learner import ARCHS
 
         torch.manual_seed(0)
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -66,7 +63,7 @@ def batch(n: int, seq: int, vocab: int, seed: int) -> list[Sample]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="python -m bench.learner_ddp")
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--arch", default="1.5b")
     ap.add_argument("--seq", type=int, default=4096, help="longest sequence (prompt + response)")
@@ -76,7 +73,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.gpus, args.arch, args.seq, args.samples, args.steps = 2, "smoke", 64, 8, 2
-    from learner import ARCHS
+    from bench.learner import ARCHS
 
     cfg = KforgeConfig()
     cfg.model.gradient_checkpointing = True

@@ -33,8 +33,8 @@ Output (``--out``): ``samples.jsonl`` (arm, step, problem, score, components, st
 ``curve.png``. The last line printed is the paired test against the shuffled arm; exit 0 only when the
 real arm beats the shuffled one at p < 0.05.
 
-    nice -n 10 .venv/bin/python bench/learning_curve.py --minutes 28 --out /tmp/lc
-    python bench/learning_curve.py --device cuda --minutes 10 --model /path/to/SmolLM2-135M-Instruct
+    nice -n 10 .venv/bin/python -m bench.learning_curve --minutes 28 --out /tmp/lc
+    python -m bench.learning_curve --device cuda --minutes 10 --model /path/to/SmolLM2-135M-Instruct
 """
 
 from __future__ import annotations
@@ -48,15 +48,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
 ARMS = ("real", "shuffled", "control")
 HELD_OUT_SEED = 1_000_003  # sampling seeds of the held-out test: never used by a training step
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.learning_curve", description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=28.0, help="budget of all arms and the held-out test")
     ap.add_argument("--heldout-minutes", type=float, default=4.0, help="part of --minutes kept for the held-out test")
     ap.add_argument("--steps", type=int, default=1000, help="at most this many steps per arm")

@@ -30,8 +30,8 @@ runs/{real,shuffled,control}/, logs/*.out, eval_{real,shuffled,control}.json, cu
 results.json. Exit 0 only when the primary test holds against both controls. With --resume, what an earlier run
 into --out finished is kept and what it started continues (see `kept_curriculum`, `complete`, `run_state`).
 
-    python bench/learning_gpu.py --out /tmp/lg --gpus 0,1,2                    # GPU: one arm per GPU, vLLM
-    python bench/learning_gpu.py --cpu --out /tmp/lg-cpu --train 4 --heldout 2 --rows 4 --cols 64 --steps 2 \\
+    python -m bench.learning_gpu --out /tmp/lg --gpus 0,1,2                    # GPU: one arm per GPU, vLLM
+    python -m bench.learning_gpu --cpu --out /tmp/lg-cpu --train 4 --heldout 2 --rows 4 --cols 64 --steps 2 \\
         --batch 2 --group 2 --gate-samples 1 --gate-low 0 --gate-high 1 --eval-samples 1 --max-tokens 16 \\
         --sft-epochs 1                                                           # CPU plumbing, toy size
 """
@@ -46,11 +46,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench import learning_stats as stats  # noqa: E402  (the declared tests, pure functions)
-from kforge.runs.checkpoints import CHECKPOINTS_DIR, CKPT_PREFIX  # noqa: E402
+from bench import learning_stats as stats  # the declared tests, pure functions
+from bench.common import REPO
+from kforge.runs.checkpoints import CHECKPOINTS_DIR, CKPT_PREFIX
 
 ARMS = {"real": [], "shuffled": ["learner.shuffle_advantages=true"], "control": ["learner.learning_rate=0"]}
 CONTROLS = ("shuffled", "control")
@@ -61,7 +59,7 @@ CURRICULUM_KNOBS = ("train", "heldout", "depth", "inputs", "reduce_share", "rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.learning_gpu", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cpu", action="store_true", help="hf backend, float32, runs one after another (plumbing)")
     ap.add_argument("--gpus", default="0", help="comma-separated GPU indices; arm i runs on GPU i mod their count")

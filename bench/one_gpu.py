@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One GPU, everything on it: the stages of a training step with a 1.5B-shaped model, memory per role.
 
-    python bench/one_gpu.py [--steps 3] [--prompts 64] [--prompt-tokens 1024] [--tokens 1024] [--gpu-mem 0.35]
+    python -m bench.one_gpu [--steps 3] [--prompts 64] [--prompt-tokens 1024] [--tokens 1024] [--gpu-mem 0.35]
 
 Random-init weights with Qwen2.5-Coder-1.5B's shape (config, a small local tokenizer, safetensors; nothing is
 downloaded). kforge's own parts on GPU 0, as a one-GPU `kforge train` places them: the vLLM worker
@@ -19,22 +19,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from bench.gpu_busy import role_of
 
 SHAPE = dict(arch="qwen2", hidden=1536, layers=28, heads=12, kv_heads=2, intermediate=8960, vocab_size=151936,
              max_positions=32768)
 GIB = 2**30
-
-from gpu_busy import role_of  # noqa: E402  (bench/ is the script's folder)
 
 
 class RoleMemory:
@@ -89,7 +84,7 @@ def config(folder: Path, work: Path, args: argparse.Namespace):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.one_gpu", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=1024)
@@ -99,11 +94,11 @@ def main() -> int:
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
+    from bench.scratch_model import write_model_folder
     from kforge.credit.samples import Sample
     from kforge.rollout.base import GenerationRequest, SamplingParams
     from kforge.rollout.vllm_worker import VLLMBackend
     from kforge.train.learner_proc import LearnerProcess
-    from scratch_model import write_model_folder
 
     work = Path(args.work or tempfile.mkdtemp(prefix="kforge-one-gpu-"))
     t0 = time.time()

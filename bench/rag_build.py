@@ -1,6 +1,6 @@
 """Build time and query latency of the RA-ICL index on a synthetic corpus.
 
-    python bench/rag_build.py [--n 20000] [--embed-sample 0] [--batch-size 64] [--json results.json]
+    python -m bench.rag_build [--n 20000] [--embed-sample 0] [--batch-size 64] [--json results.json]
 
 Generates N distinct (PyTorch module, Triton kernel) pairs from op templates (1-4 ops, random shapes,
 constants and wording), writes them as a JSONL corpus, and times `build_index` stage by stage with the
@@ -30,10 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from bench.common import kernelbench_jsonl
 
-REPO = Path(__file__).resolve().parent.parent
-KERNELBENCH_JSONL = REPO.parent / "shared" / "data" / "kernelbench" / "problems.jsonl"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 UNARY = {
     "relu": "torch.relu({x})",
@@ -172,7 +171,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.rag_build", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20000, help="corpus entries")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--out", type=Path, default=None, help="index folder (default: a temporary one)")
@@ -208,7 +207,7 @@ def main() -> int:
             handle.write(json.dumps(synthetic_pair(i, rng)) + "\n")
     results["generate_s"] = time.perf_counter() - t
 
-    protect_source = str(KERNELBENCH_JSONL) if KERNELBENCH_JSONL.is_file() else "builtin"
+    protect_source = str(kernelbench_jsonl()) if kernelbench_jsonl().is_file() else "builtin"
     protect = load_problems(protect_source)
     results["protected_problems"] = len(protect)
 

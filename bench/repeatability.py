@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verdict repeatability at full KernelBench size: the same honest kernel, judged again and again.
 
-    python bench/repeatability.py --problems .evalcarry/problems.jsonl [--checks 3] [--cache-dir DIR]
+    python -m bench.repeatability --problems .evalcarry/problems.jsonl [--checks 3] [--cache-dir DIR]
 
 Honest Triton and CUDA kernels for level-1 problems whose inputs are 6-9 GB are each checked `--checks`
 times through `kforge check --json` (a fresh process every time, one cache folder shared by all), then
@@ -22,10 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from eval_throughput import BIG, LOSS, MATVEC, REDUCE  # noqa: E402
+from bench.common import REPO, kernelbench_jsonl, print_table
+from bench.kb_candidates import BIG, LOSS, MATVEC, REDUCE
 
 CUDA_ELEMENTWISE = r'''import torch
 import torch.nn as nn
@@ -74,7 +72,7 @@ def check(path: Path, pid: int, backend: str, problems: str, env: dict[str, str]
     cmd = [sys.executable, "-m", "kforge", "check", str(path), "--problem", f"1/{pid}", "--source", problems,
            "--backend", backend, "--json"]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     wall = time.monotonic() - t0
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1]), wall
@@ -88,8 +86,9 @@ def label(v: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default=str(ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
+    ap = argparse.ArgumentParser(prog="python -m bench.repeatability", description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", default=str(kernelbench_jsonl()), help="KernelBench's problems.jsonl "
+                    "(default: $KFORGE_KERNELBENCH, else ../shared/data/kernelbench/problems.jsonl)")
     ap.add_argument("--checks", type=int, default=3)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--pool-timeout", type=float, default=900.0)
@@ -116,7 +115,7 @@ def main() -> int:
                     fh.write(json.dumps({"problem": f"1/{r['pid']}", "code": r["path"].read_text()}) + "\n")
         proc = subprocess.run([sys.executable, "-m", "kforge", "eval", "--candidates", str(cands), "--source", problems,
                                "--level", "1", "--backend", backend, "--out", str(out)], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=args.pool_timeout)
+                              env=env, cwd=REPO, timeout=args.pool_timeout)
         if not out.exists():
             print(f"pool run ({backend}) failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
             continue
@@ -139,11 +138,7 @@ def main() -> int:
         table.append((f"1/{r['pid']}", r["backend"], " ".join(label(v) for v in allv),
                       " ".join(f"{s:.2f}" for s in speeds) or "-", f"{spread:.1%}" if speeds else "-",
                       " ".join(f"{w:.1f}" for _, w in r["checks"])))
-    widths = [max(len(str(x[i])) for x in table + [heads]) for i in range(len(heads))]
-    print(" | ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for t in table:
-        print(" | ".join(str(x).ljust(w) for x, w in zip(t, widths)))
+    print_table(heads, table)
     print(f"\n{'REPEATABLE' if stable else 'NOT REPEATABLE'}: {len(rows)} kernels x {args.checks} checks + 1 pool run; "
           "same verdict every time and speedups within 5%" + ("" if stable else ": see the rows above"))
     return 0 if stable else 1

@@ -2,7 +2,7 @@
 """Rollout throughput: kforge's backend against a direct call of the same engine, same GPU, same prompts,
 same sampling settings (per-request seeds included), offline, on a random-init model of a real architecture.
 
-  python bench/rollout.py [--quick] [--backend vllm|hf|both] [--shape tiny|1b] [--lora] [--direct llm,async]
+  python -m bench.rollout [--quick] [--backend vllm|hf|both] [--shape tiny|1b] [--lora] [--direct llm,async]
                           [--prompts N] [--tokens T] [--reps R] [--json FILE] [--work DIR]
 
 vLLM, the gap split in one run: each bare reference (`LLM.generate`, then `AsyncLLM` driven directly) in its
@@ -26,8 +26,6 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(key, value)
@@ -292,7 +290,8 @@ def print_table() -> bool:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.rollout", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny shape, eager vLLM, 32 prompts x 128 tokens, 2 reps")
     p.add_argument("--backend", default="both", choices=["vllm", "hf", "both"])
     p.add_argument("--shape", default=None, choices=sorted(SHAPES))
@@ -318,10 +317,9 @@ def main() -> int:
 
     import torch
 
+    from bench.scratch_model import write_lora, write_model_folder
     from kforge.modelio import ModelRef, load_tokenizer
     from kforge.rollout.base import SamplingParams
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # test fixture: a scratch model
-    from scratch_model import write_lora, write_model_folder
 
     work = Path(args.work)
     shape = SHAPES[args.shape]

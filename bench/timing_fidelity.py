@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Timing fidelity: kforge's speedup against the same kernel timed the KernelBench way, in one run.
 
-    python bench/timing_fidelity.py --problems .evalcarry/problems.jsonl [--cache-dir DIR]
+    python -m bench.timing_fidelity --problems .evalcarry/problems.jsonl [--cache-dir DIR]
 
-For 10 level-1 problems with a correct Triton kernel (bench/eval_throughput.py), the kernel is judged by
+For 10 level-1 problems with a correct Triton kernel (bench/kb_candidates.py), the kernel is judged by
 kforge's pool (sandboxed child, kforge's own eager baseline), then timed in this process as KernelBench's
 evaluator times it: CUDA events on the current stream, 3 warm-up calls, 100 trials, a 256 MB L2 flush
 before each trial, the mean. The reference Model is timed the same way, and the two speedups compared.
@@ -22,11 +22,8 @@ import tempfile
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from eval_throughput import correct_candidates  # noqa: E402
+from bench.common import kernelbench_jsonl
+from bench.kb_candidates import correct_candidates
 
 PROBLEMS = (1, 2, 13, 16, 4, 12, 88, 94, 47, 48)
 
@@ -61,8 +58,9 @@ def kernelbench_ms(model, inputs, trials: int = 100, warmup: int = 3) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default=str(ROOT.parent / "shared/data/kernelbench/problems.jsonl"))
+    ap = argparse.ArgumentParser(prog="python -m bench.timing_fidelity", description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", default=str(kernelbench_jsonl()), help="KernelBench's problems.jsonl "
+                    "(default: $KFORGE_KERNELBENCH, else ../shared/data/kernelbench/problems.jsonl)")
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args()
 

@@ -1,6 +1,6 @@
 """Stage breakdown of `kforge train` steps, synchronous vs pipelined (rollout.max_staleness=1).
 
-    python bench/train_step.py --steps 4 [--preset tiny] [key=value ...]
+    python -m bench.train_step --steps 4 [--preset tiny] [key=value ...]
 
 Runs `kforge train` twice in subprocesses with the same config (max_staleness 0, then 1), reads each run's
 metrics.jsonl and prints per-stage mean times, the pipelined step time over the slowest stage of the
@@ -40,7 +40,7 @@ def mean(xs: list[float]) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.train_step", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("overrides", nargs="*")

@@ -1,19 +1,18 @@
-"""Write the correct Triton kernels of bench/eval_throughput.py as a `kforge eval --candidates` JSONL file."""
+"""Write the correct Triton kernels of bench/kb_candidates.py as a `kforge eval --candidates` JSONL file.
+
+    python -m bench.write_candidates --out /tmp/cands.jsonl
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from eval_throughput import correct_candidates  # noqa: E402
+from bench.kb_candidates import correct_candidates
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.write_candidates", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     with open(args.out, "w") as fh:

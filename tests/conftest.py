@@ -1,16 +1,11 @@
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 # Tests never reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-KERNELBENCH_JSONL = SHARED / "data" / "kernelbench" / "problems.jsonl"
 
 
 @pytest.fixture

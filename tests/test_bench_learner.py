@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "learner.py"
 
 
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_learner", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bench import learner
+
+    return learner
 
 
 def test_lora_flops_by_the_6n_and_the_4n_count():

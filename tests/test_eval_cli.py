@@ -106,7 +106,7 @@ def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monke
     class Engine(FakeEngine):
         pass
 
-    from scratch_model import train_tokenizer
+    from bench.scratch_model import train_tokenizer
 
     Engine.concurrent = concurrent
     Engine.tokenizer = train_tokenizer(tmp_path / "tok", vocab_size=300, corpus_bytes=100_000)
@@ -131,13 +131,13 @@ def test_progress_says_what_runs_before_the_first_verdict(tmp_path, monkeypatch,
     first verdict now says what it is (`generating: N requests`), with no 0/0 counts."""
     import kforge.evaluator
     import kforge.rollout.factory as factory
+    from bench.scratch_model import train_tokenizer
     from fake_parts import FakeEngine, FakePool
     from kforge.cli.eval_cmd import _Heartbeat
     from kforge.config.loader import resolve
     from kforge.eval.parts import build_parts
     from kforge.eval.runner import EvalRun
     from kforge.eval.target import Target
-    from scratch_model import train_tokenizer
 
     class Engine(FakeEngine):
         concurrent = True

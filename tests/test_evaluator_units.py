@@ -301,15 +301,16 @@ def test_inputs_stay_on_the_device_after_a_signed_trial_came_first(tmp_path: Pat
     fresh process (where `torch.rand` is swapped) must not send every later `torch.rand` to the CPU."""
     (tmp_path / "seen_problem.py").write_text(SEEN_DEVICES_PROBLEM)
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import seen_problem as p\n"
+        "import seen_problem as p\n"
         "from kforge.evaluator.child.loop import make_inputs\n"
         "make_inputs(p, 1, True, 'meta'); make_inputs(p, 2, False, 'meta'); make_inputs(p, 3, True, 'meta')\n"
         "print(','.join(p.SEEN))\n"
     )
     import subprocess
-    import sys
 
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    # The child imports the problem from tmp_path through PYTHONPATH (after the working folder: kforge's checkout).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "meta,meta,meta", out.stdout
 

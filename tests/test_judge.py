@@ -631,10 +631,7 @@ class ModelNew(nn.Module):
 def test_cuda_sources_full_of_dunder_names_pass_the_static_check() -> None:
     """C/CUDA text is `__global__`, `__restrict__`, `__syncthreads`, `__expf`: the ban on dunder names in
     text failed every honest CUDA candidate on the GPU (`static_check_failed`)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from repeatability import kernels
+    from bench.repeatability import kernels
 
     sources = {p.name: p.read_text() for p in sorted((ROOT / "tests/candidates").glob("cuda_*.py"))}
     sources.update({f"repeatability {pid}": code for pid, backend, code in kernels() if backend == "cuda"})

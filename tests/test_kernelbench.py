@@ -21,13 +21,14 @@ import yaml
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
+from bench.common import kernelbench_baselines, kernelbench_jsonl
 from kforge.cli.app import app
 from kforge.config.loader import resolve
 from kforge.problems import ProblemSourceError, hub, kernelbench, load_problems, select_problems, split_problems
 from kforge.problems import baseline as baseline_file
 
-SHARED_JSONL = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernelbench" / "problems.jsonl"
-SHARED_BASELINE = SHARED_JSONL.parent / "baselines" / "H100_Modal__baseline_time_torch.json"
+SHARED_JSONL = kernelbench_jsonl()  # $KFORGE_KERNELBENCH, else ../shared/data/kernelbench/problems.jsonl
+SHARED_BASELINE = kernelbench_baselines()
 needs_shared = pytest.mark.skipif(not SHARED_JSONL.is_file(), reason="shared KernelBench data not on this machine")
 GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "init.defaultBranch=main"]
 runner = CliRunner()

@@ -3,23 +3,18 @@ learner code (the CPU run itself is bench/learning_curve.py: ~30 minutes)."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
+from bench import learning_curve as lc
 from kforge.config.schema import KforgeConfig
 from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.samples import Sample
 from kforge.learner.learner import Learner
 from kforge.policy.records import Trajectory, Turn
 from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
-
-SPEC = importlib.util.spec_from_file_location("learning_curve", Path(__file__).parent.parent / "bench" / "learning_curve.py")
-lc = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(lc)
 
 VOCAB = 16
 

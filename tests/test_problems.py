@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bench.common import kernelbench_jsonl
 from kforge.cli.app import app
 from kforge.config.schema import DatasetConfig
 from kforge.problems import (
@@ -27,7 +28,7 @@ from kforge.problems import (
     split_problems,
 )
 
-SHARED_JSONL = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernelbench" / "problems.jsonl"
+SHARED_JSONL = kernelbench_jsonl()  # $KFORGE_KERNELBENCH, else ../shared/data/kernelbench/problems.jsonl
 
 PROBLEM_CODE = """import torch
 import torch.nn as nn

@@ -264,8 +264,8 @@ def test_real_vllm_generates_with_logprobs(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from bench.scratch_model import write_model_folder
     from kforge.rollout.logprobs import sampled_logprobs
-    from scratch_model import write_model_folder
 
     folder = write_model_folder(tmp_path / "model", hidden=256, layers=2, heads=4, kv_heads=4, intermediate=512,
                                 vocab_size=4000, real_weights=True, dtype="float32")

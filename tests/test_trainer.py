@@ -68,7 +68,7 @@ def test_verdict_cache_is_bounded():
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A real causal LM small enough to start a learner process in seconds: built from a config, offline."""
-    from scratch_model import train_tokenizer, write_model_folder
+    from bench.scratch_model import train_tokenizer, write_model_folder
 
     out = tmp_path_factory.mktemp("tiny-model")
     train_tokenizer(out, vocab_size=300, corpus_bytes=200_000)

@@ -32,6 +32,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=${SITE:-/tmp/site}:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1  # SITE: where the wheels are
 KB=.evalcarry/problems.jsonl
 BASE=.evalcarry/H100_Modal__baseline_time_torch.json
+export KFORGE_KERNELBENCH=$PWD/$KB  # the benches' KernelBench problems (judge_latency's --set kb)
 FULL6=19,20,21,23,47,4
 ROUND5=skip_timed_calls.py,skip_unchecked_call.py,copy_then_clamp.py,copy_then_log_softmax.py,zeros_then_einsum.py,\
 decoy_canary.py,compile_after_zeros.py,thread_before_lockdown.py,native_build_thread.py,host_text_forged.py,torch_then_copy.py
@@ -43,41 +44,41 @@ run() {  # name, seconds, command...
 }
 for s in "$@"; do
   case "$s" in
-    corpus) run corpus 540 python3 bench/gpu_evaluator_corpus.py --cache-dir /tmp/kc-corpus
+    corpus) run corpus 540 python3 -m bench.gpu_evaluator_corpus --cache-dir /tmp/kc-corpus
             grep -E "MISMATCH|as expected|coverage/|replay/" "$OUT/corpus.log" | cut -c1-220 ;;
-    full6) run full6 230 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --only $FULL6 \
+    full6) run full6 230 python3 -m bench.eval_throughput --problems $KB --baselines $BASE --big --only $FULL6 \
              --timing-trials 100 --cache-dir /tmp/kc-full6
            tail -n 20 "$OUT/full6.log" | cut -c1-250 ;;
     ab6) [ -d .evalcarry/base/kforge ] || { echo "ab6 needs .evalcarry/base (git archive f4782c0)"; continue; }
-         run ab6 570 python3 bench/eval_ab.py --base-dir .evalcarry/base --rounds 1 --problems $KB -- \
+         run ab6 570 python3 -m bench.eval_ab --base-dir .evalcarry/base --rounds 1 --problems $KB -- \
            --baselines $BASE --big --only $FULL6 --timing-trials 100
          tail -n 8 "$OUT/ab6.log" ;;
-    throughput) run throughput 400 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big \
+    throughput) run throughput 400 python3 -m bench.eval_throughput --problems $KB --baselines $BASE --big \
                   --cache-dir /tmp/kc-tp
                 tail -n 12 "$OUT/throughput.log" | cut -c1-250 ;;
     baseline) run baseline_l1 "${BASELINE_S:-300}" python3 -m kforge problems baseline --level 1 --source $KB \
                 --out "$OUT/baseline_l1.json"
               tail -n 5 "$OUT/baseline_l1.log" ;;
     reuse) for n in 1000000 1; do
-             run "reuse_$n" 590 python3 bench/eval_throughput.py --problems $KB --baselines $BASE --big --repeat 2 \
+             run "reuse_$n" 590 python3 -m bench.eval_throughput --problems $KB --baselines $BASE --big --repeat 2 \
                --inputs-reuse $n --cache-dir "/tmp/kc-reuse-$n"
              tail -n 12 "$OUT/reuse_$n.log" | cut -c1-250
            done ;;
-    repeat) run repeat 1500 python3 bench/repeatability.py --problems $KB --checks 3 --cache-dir /tmp/kc-repeat
+    repeat) run repeat 1500 python3 -m bench.repeatability --problems $KB --checks 3 --cache-dir /tmp/kc-repeat
             tail -n 16 "$OUT/repeat.log" | cut -c1-250 ;;
-    only) run only 300 python3 bench/gpu_evaluator_corpus.py --only "${ONLY:?ONLY=file.py}" --cache-dir /tmp/kc-only
+    only) run only 300 python3 -m bench.gpu_evaluator_corpus --only "${ONLY:?ONLY=file.py}" --cache-dir /tmp/kc-only
           grep -E "MISMATCH|as expected|attacks/" "$OUT/only.log" | cut -c1-220 ;;
     latency) for side in ${SIDES:-base this}; do
                root=$PWD; [ "$side" = base ] && root=$PWD/.evalcarry/base
                [ -d "$root/kforge" ] || { echo "latency needs .evalcarry/base (git archive of the before)"; continue; }
-               KFORGE_BENCH_ROOT=$root run "latency_1_$side" 200 python3 bench/judge_latency.py --workers 1 --rounds 2 \
+               KFORGE_BENCH_ROOT=$root run "latency_1_$side" 200 python3 -m bench.judge_latency --workers 1 --rounds 2 \
                  --count 4 --cache-dir "/tmp/kc-lat-$side"
                copies=6; [ "$side" = base ] && copies=2  # before: every timing holds the GPU ~7 s
-               KFORGE_BENCH_ROOT=$root run "latency_16_$side" 200 python3 bench/judge_latency.py --workers 16 \
+               KFORGE_BENCH_ROOT=$root run "latency_16_$side" 200 python3 -m bench.judge_latency --workers 16 \
                  --copies $copies --rounds 1 --cache-dir "/tmp/kc-lat-$side"
                grep -E "medians|checks/min|not .correct" "$OUT/latency_1_$side.log" "$OUT/latency_16_$side.log" | cut -c1-400
              done ;;
-    load) KFORGE_KERNELBENCH=$KB run load 400 python3 bench/judge_latency.py --set gen,kb,builtin --workers "${LOAD_WORKERS:-4}" \
+    load) run load 400 python3 -m bench.judge_latency --set gen,kb,builtin --workers "${LOAD_WORKERS:-4}" \
             --rounds 3 --busy 2 --cache-dir /tmp/kc-load
           grep -E "rounds|not .correct|^   " "$OUT/load.log" | cut -c1-300 ;;
     startups) for n in ${STARTUPS:-0 2 4 0}; do  # the same pool with start-ups limited, interleaved on one machine
@@ -87,10 +88,10 @@ for s in "$@"; do
               done ;;
     loadattacks)
       python3 -c "while True: pass" & spin=$!
-      KFORGE_KERNELBENCH=$KB setsid python3 bench/judge_latency.py --loop --set gen,kb,builtin --workers 4 \
+      setsid python3 -m bench.judge_latency --loop --set gen,kb,builtin --workers 4 \
         --cache-dir /tmp/kc-loadbusy > /dev/null 2>&1 & busy=$!
       sleep 20  # the busy pool's references are measured and its loop is judging
-      run loadattacks 400 python3 bench/gpu_evaluator_corpus.py --only "${ATTACKS:-$ROUND5}" --cache-dir /tmp/kc-la
+      run loadattacks 400 python3 -m bench.gpu_evaluator_corpus --only "${ATTACKS:-$ROUND5}" --cache-dir /tmp/kc-la
       kill "$spin"; kill -- -"$busy" 2>/dev/null
       grep -E "MISMATCH|as expected|attacks/" "$OUT/loadattacks.log" | cut -c1-220 ;;
     *) echo "unknown section $s (corpus, full6, ab6, throughput, baseline, reuse, repeat, only, latency, load, startups, loadattacks)" ;;

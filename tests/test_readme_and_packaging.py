@@ -123,3 +123,26 @@ def test_library_progress_bars_are_off_when_piped():
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.stdout.split() == ["1", "error"]
+
+
+def test_the_readme_is_short_and_every_document_it_links_exists():
+    """The README is what a user reads first (quick start, commands, configuration, presets, results); the
+    architecture, the judge's threat model, performance and results in full live in docs/, linked from it.
+    Every relative link in the README and in docs/ points at a file that exists, and at a heading that exists."""
+    import re
+
+    assert len(README.splitlines()) <= 480
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            where = (doc.parent / path).resolve() if path else doc
+            assert where.exists(), f"{doc.name}: {target}"
+            if anchor and where.suffix == ".md":
+                heads = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                         for h in re.findall(r"^#+ (.+)$", where.read_text(), re.M)}
+                assert anchor in heads, f"{doc.name}: {target}"
+    for name in ("architecture", "threat-model", "performance", "training", "results", "benchmarks"):
+        assert f"docs/{name}.md" in README, name

@@ -27,7 +27,7 @@ every machine size is tested on a CPU. Its rules, for n GPUs:
   own): engines on the first GPUs, learner ranks on the rest of the compute GPUs. From 3 GPUs on the
   engines get the larger half of the compute GPUs (rounded up, at least one GPU left to the learner):
   decoding is most of a multi-turn step. (A step of long chains is bound by its longest chain, which an
-  extra engine hardly shortens: README, Performance; the split is the best use of the GPUs, not a speed-up
+  extra engine hardly shortens: docs/performance.md; the split is the best use of the GPUs, not a speed-up
   in proportion to them);
 - a size that is unknown (no model config, no GPU listing) is assumed to fit, and the plan says so;
 - `--gpus` / `placement.*` win: naming only the rollout or only the learner GPUs gives the other role the

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kforge.gpus as gpus
 from kforge.evaluator.verdict import Status, Verdict
-from kforge.rollout.base import BackendError, Completion
+from kforge.rollout.base import BackendDefaults, BackendError, Completion
 from kforge.train.learner_proc import LearnerService
 
 
@@ -131,7 +131,7 @@ class ModelNew:
 """
 
 
-class FakeEngine:
+class FakeEngine(BackendDefaults):
     """One call at a time (like hf). The kernel is the same for every sample of a problem, so the
     verdict cache answers all but the first of them."""
 

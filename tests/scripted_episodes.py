@@ -13,7 +13,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.policy.episode import run_episodes
 from kforge.problems import builtin_problems
-from kforge.rollout.base import Completion
+from kforge.rollout.base import BackendDefaults, Completion
 
 KERNEL = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
           "        return x  # speedup {s}\n")
@@ -49,7 +49,7 @@ def grade_by_parsing(log: list[tuple[str, str]] | None = None, delay: float = 0.
     return evaluate
 
 
-class ScriptedBackend:
+class ScriptedBackend(BackendDefaults):
     """Replays fixed responses per (problem, turn), tokenised with the real tokenizer. Stands in for the
     model only so that stop rules can be tested deterministically."""
 

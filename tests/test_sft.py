@@ -14,6 +14,7 @@ from kforge.config.loader import resolve
 from kforge.credit.samples import Sample
 from kforge.learner.learner import Learner
 from kforge.problems import builtin_problems
+from kforge.rollout.base import BackendDefaults
 from kforge.train import sft as warm
 from tiny_models import one_thread, tiny_cfg, tiny_model  # noqa: F401  (one_thread: an autouse fixture)
 
@@ -148,7 +149,7 @@ def test_sft_on_the_built_in_solutions_writes_an_adapter_that_eval_and_train_loa
         assert len(match) == 1 and torch.equal(match[0], value), key
 
 
-class _Replying:
+class _Replying(BackendDefaults):
     """Stands in for the rollout engine at its edge: records the prompt ids it is sent and answers with the
     warm start's answer text for that problem, tokenised with the real tokenizer."""
 

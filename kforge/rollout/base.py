@@ -13,7 +13,9 @@ plainly `log_softmax(logits / temperature)`; the learner computes its log-probs 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -67,6 +69,20 @@ class RolloutBackend(Protocol):
     # True: the engine schedules requests itself, so `agenerate` may be called again while earlier calls
     # run (vLLM takes requests one by one). False: one call at a time; callers batch what is ready.
     concurrent: bool
+    adapter_dtype: str | None  # the dtype the engine loads adapters in (EngineCopies writes it); None: as saved
+    restarts: int  # engines the backend started again on its own after a failure (a router of replicas)
+    load_times: Mapping[str, float]  # the parts of the last adapter load, seconds (a step's metrics)
+    version: int | None  # the adapter version it samples with now (None: it does not say)
+
+    def wait_restarts(self, timeout_s: float | None = None) -> bool:
+        """Until no engine of it is starting again (the learner must not share a GPU with a start); False if
+        one still is after `timeout_s`."""
+        ...
+
+    def alive(self) -> bool | None:
+        """Whether its engine still runs (False: its worker is gone and a restart is due; None: it cannot
+        tell, and an error it raises is taken as the error of the call)."""
+        ...
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         """Completions in request order."""
@@ -91,6 +107,23 @@ class RolloutBackend(Protocol):
     def wake(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class BackendDefaults:
+    """What a backend without a feature answers for it: the optional part of RolloutBackend, declared once
+    (every backend and test double derives from this instead of each caller guessing with getattr)."""
+
+    concurrent: bool = False
+    adapter_dtype: str | None = None
+    restarts: int = 0
+    load_times: Mapping[str, float] = MappingProxyType({})
+    version: int | None = None
+
+    def wait_restarts(self, timeout_s: float | None = None) -> bool:
+        return True
+
+    def alive(self) -> bool | None:
+        return None
 
 
 def sampling_from_config(cfg: "KforgeConfig", stop: list[str] | None = None, max_tokens: int | None = None) -> SamplingParams:

@@ -22,11 +22,18 @@ from collections import defaultdict
 from typing import Any
 
 from kforge.modelio import peft_wrapping
-from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion, SamplingParams
+from kforge.rollout.base import (
+    BackendDefaults,
+    BackendError,
+    Completion,
+    GenerationRequest,
+    OnCompletion,
+    SamplingParams,
+)
 from kforge.rollout.logprobs import process_logits
 
 
-class HFBackend:
+class HFBackend(BackendDefaults):
     """`RolloutBackend` over a transformers causal LM."""
 
     concurrent = False  # one generate() at a time: callers batch whatever is ready

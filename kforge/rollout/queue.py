@@ -22,7 +22,7 @@ class GenerationQueue:
         self.batches: list[int] = []  # size of each call made to a one-call-at-a-time engine
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        if getattr(self.backend, "concurrent", False):
+        if self.backend.concurrent:
             (completion,) = await self.backend.agenerate([request])
             return completion
         fut: asyncio.Future = asyncio.get_running_loop().create_future()

@@ -32,7 +32,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
+from kforge.rollout.base import BackendDefaults, BackendError, Completion, GenerationRequest, OnCompletion
 
 log = logging.getLogger("kforge.rollout")
 
@@ -51,7 +51,7 @@ class RequestFailed(BackendError):
     final = True  # the trainer ends the run instead of restarting every engine
 
 
-class Replicas:
+class Replicas(BackendDefaults):
     concurrent = True
 
     def __init__(self, replicas: list[Any], start: Callable[[int], Any] | None = None, max_failures: int = 2) -> None:
@@ -60,7 +60,7 @@ class Replicas:
             raise ValueError("data-parallel rollout needs at least one engine")
         self.replicas = list(replicas)
         self.tokenizer = replicas[0].tokenizer
-        self.adapter_dtype = getattr(replicas[0], "adapter_dtype", None)  # the adapter copies' (EngineCopies)
+        self.adapter_dtype = replicas[0].adapter_dtype  # the adapter copies' (EngineCopies)
         self.state = [LIVE] * len(replicas)
         self.failures = [0] * len(replicas)
         self.restarts = 0  # replicas started again after a failure (the trainer's `rollout/worker_restarts`)
@@ -77,7 +77,7 @@ class Replicas:
     @property
     def version(self) -> int:
         with self._lock:
-            return min((int(getattr(self.replicas[k], "version", 0)) for k in self._live()), default=0)
+            return min((int(self.replicas[k].version or 0) for k in self._live()), default=0)
 
     def _live(self) -> list[int]:
         return [k for k, s in enumerate(self.state) if s == LIVE]
@@ -272,9 +272,9 @@ class Replicas:
 
 
 def _alive(engine: Any) -> bool | None:
-    """Whether the engine's worker is alive; None when the engine cannot tell."""
-    alive = getattr(engine, "alive", None)
-    return bool(alive()) if callable(alive) else None
+    """Whether the engine's worker is alive; None when the engine cannot tell (RolloutBackend.alive)."""
+    alive = engine.alive()
+    return None if alive is None else bool(alive)
 
 
 def _close_quietly(engine: Any) -> None:

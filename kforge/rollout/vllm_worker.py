@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kforge.rollout.adapters import AdapterLeases
-from kforge.rollout.base import BackendError, Completion, GenerationRequest, OnCompletion
+from kforge.rollout.base import BackendDefaults, BackendError, Completion, GenerationRequest, OnCompletion
 from kforge.served import ENV_LOCK, ServedError, ServedProcess
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def child_env(devices: list[int] | None) -> dict[str, str]:
     return env
 
 
-class VLLMBackend:
+class VLLMBackend(BackendDefaults):
     """`RolloutBackend` over a vLLM engine in a worker process."""
 
     concurrent = True  # every request is its own call; the engine batches them

@@ -55,9 +55,7 @@ class RolloutEngine:
         """Colocated, before the learner's step: no replica may be starting on its GPUs meanwhile, and the
         engines sleep when `sleep`. One found dead stays down until `after_learning`."""
         with self.lock:
-            wait = getattr(self.parts.backend, "wait_restarts", None)
-            if wait is not None:
-                wait()
+            self.parts.backend.wait_restarts()
             if not sleep:
                 return
             try:
@@ -110,10 +108,9 @@ class RolloutEngine:
 
 
 def _dead(backend: Any) -> bool:
-    """The engine says its worker is gone (an engine without `alive`, or a router of replicas that restart on
-    their own, is never taken for dead: its error is raised)."""
-    alive = getattr(backend, "alive", None)
-    return callable(alive) and not alive()
+    """The engine says its worker is gone (a backend that cannot tell, or a router of replicas that restart on
+    their own, answers alive: its error is raised)."""
+    return backend.alive() is False
 
 
 def _first_line(exc: BaseException) -> str:

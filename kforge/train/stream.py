@@ -203,7 +203,7 @@ class GroupStream:
                          max_in_flight=self.max_in_flight)
 
     def _engine_version(self) -> int:
-        version = getattr(self.runner.backend, "version", None)
+        version = self.runner.backend.version
         return int(version) if isinstance(version, int) else self.learner_version()
 
     def _launch(self, seq: int) -> None:

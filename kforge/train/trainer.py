@@ -78,7 +78,7 @@ class Trainer:
         self.sampler = ProblemSampler(self.train_problems, ds.batch_size, ds.epochs, ds.shuffle, ds.seed)
         self.levels = {p.key: p.level for p in self.train_problems + self.test_problems}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-learn")
-        self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=getattr(self.parts.backend, "adapter_dtype", None))
+        self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=self.parts.backend.adapter_dtype)
         self.engine = RolloutEngine(self.parts)  # hand-overs, sleep and wake, restarts: one at a time
         self.stream = GroupStream.of(self) if self.cfg.rollout.mode == "continuous" else None  # train/stream.py
 
@@ -121,7 +121,7 @@ class Trainer:
                 with self.dashboard.stage("sync adapter"):  # 4. the new adapter to the engine
                     times.sync_s = await self._off_loop(self._sync_adapter, None, times)
                 self.step = step
-                restarts = self.restarts + getattr(self.parts.backend, "restarts", 0)  # + replicas restarted alone
+                restarts = self.restarts + self.parts.backend.restarts  # + replicas restarted alone
                 metrics = step_metrics(step, self.epoch, rollouts, credit, learned, times.__dict__,
                                        self.levels, self.cfg.log.per_level_metrics, restarts, self.plan)
                 metrics.update(self.stream.last_metrics if self.stream else {})  # continuous: its take
@@ -325,7 +325,7 @@ class Trainer:
         for warning in collapse_warnings(self._history, metrics):
             log.warning("step %d: %s", step, warning)
             self.dashboard.warn(warning)
-        metrics.update({f"time/{k}": v for k, v in getattr(self.parts.backend, "load_times", {}).items()})
+        metrics.update({f"time/{k}": v for k, v in self.parts.backend.load_times.items()})
         self.run.log_metrics(metrics)
         turns = [t for tr in trajectories for t in tr.turns]
         sinks.write(step, metrics, {"hist/reward": [t.score for t in turns],

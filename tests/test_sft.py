@@ -101,6 +101,11 @@ def test_the_supervised_step_is_cross_entropy_on_the_answer_tokens():
 
     before = cross_entropy()
     assert warm.mean_nll(learner, samples) == pytest.approx(before, rel=1e-5)
+    # The held-out loss reads the learner's own path: packed rows (one row for both samples) give the same.
+    packed = Learner(cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"pack": True})}),
+                     model=tiny_model())
+    packed.model.load_state_dict(learner.model.state_dict())
+    assert warm.mean_nll(packed, samples) == pytest.approx(before, rel=1e-4)
     metrics = learner.train_step(samples)
     assert metrics["loss"] == pytest.approx(before, rel=1e-5)  # the step's loss is that cross-entropy
     for _ in range(5):

@@ -258,7 +258,7 @@ class Learner:
         ref = self._reference_logprobs(batch) if lc.kl_coef > 0 else None
         self.model.train()
         with dropout_masks(seed, self.device):
-            logp, entropy = self._logprobs(batch, entropy=True, entropy_grad=lc.entropy_coef > 0)
+            logp, entropy = self.logprobs(batch, entropy=True, entropy_grad=lc.entropy_coef > 0)
         old_lp = self._gather_old(old, batch, logp) if old is not None else logp.detach()
         rollout = torch.where(batch.has_rollout, batch.rollout_logprobs, old_lp)
         rejected = mismatch_rejected(old_lp, rollout, mask, batch.has_rollout,
@@ -313,7 +313,7 @@ class Learner:
         self.model.train()
         batch = collate_any(mini, indices, self.pad_id, self.device, self.pack)
         with dropout_masks(seed, self.device):
-            logp, _ = self._logprobs(batch)
+            logp, _ = self.logprobs(batch)
         for row, i in enumerate(indices):
             into[i] = logp[row, logp.shape[1] - len(mini[i].response_ids):].clone()
 
@@ -347,15 +347,16 @@ class Learner:
             if self.reference is not None:
                 self.model.set_adapter(self.reference, inference_mode=True)
             with self.model.disable_adapter() if self.reference is None else contextlib.nullcontext():
-                logp, _ = self._logprobs(batch)
+                logp, _ = self.logprobs(batch)
         finally:
             if self.reference is not None:
                 self.model.set_adapter(self.adapter)  # trainable again
             self.model.train(was_training)
         return logp
 
-    def _logprobs(self, batch: MicroBatch, entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Response log-probs (and entropy) of ``batch`` under the model as it is now (see response_logprobs)."""
+    def logprobs(self, batch: MicroBatch, entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Response log-probs (and entropy) of ``batch`` under the model as it is now (see response_logprobs): the
+        learner's one path (chunked, under its autocast), which `kforge sft`'s held-out loss reads too."""
         with bf16_compute(self.model, self.device, self.cfg.learner.bf16_autocast):
             return response_logprobs(self.model, batch, self.temperature, self.top_k, self.top_p,
                                      chunk=self.cfg.learner.logprob_chunk, entropy=entropy, entropy_grad=entropy_grad)

@@ -198,18 +198,18 @@ def to_samples(pairs: list[Pair], builder: Any, cfg: KforgeConfig, eos: int | No
 
 
 def mean_nll(learner: Any, samples: list[Any]) -> float:
-    """Mean negative log-likelihood per answer token under the learner's current weights (no update)."""
+    """Mean negative log-likelihood per answer token under the learner's current weights (no update), through the
+    learner's own log-prob path: its micro-batch plan, packing, chunked log-probs and autocast, as in its step."""
     import torch
 
-    from kforge.learner.batching import collate, plan_micro_batches
-    from kforge.learner.logprobs import response_logits, token_logprobs
+    from kforge.learner.packing import collate_any, plan
 
     total, tokens = 0.0, 0
     learner.model.eval()
     with torch.no_grad():
-        for indices in plan_micro_batches([s.num_tokens for s in samples], learner.cfg.learner.micro_batch_tokens):
-            batch = collate(samples, indices, learner.pad_id, learner.device)
-            logp = token_logprobs(response_logits(learner.model, batch), batch.targets, 1.0, -1, 1.0)
+        for indices in plan([s.num_tokens for s in samples], learner.cfg.learner.micro_batch_tokens, learner.pack):
+            batch = collate_any(samples, indices, learner.pad_id, learner.device, learner.pack)
+            logp, _ = learner.logprobs(batch)
             total -= float(torch.where(batch.response_mask, logp, torch.zeros_like(logp)).sum().item())
             tokens += int(batch.response_mask.sum().item())
     return total / max(tokens, 1)

@@ -21,6 +21,12 @@ TINY_FAST = ["dataset.batch_size=1", "dataset.group_size=2", "episode.max_turns=
              "dataset.prompt_option=zero_shot", "log.save_every=0"]
 
 
+def _ctrl_c_reaches_it() -> None:
+    """In the child before exec: SIGINT back to its default. A suite run in the background (nohup, some CI
+    jobs) starts with SIGINT ignored, a Python child then keeps ignoring it, and no Ctrl-C reached the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args, input=None):
     """The real `kforge` command line, in this process."""
     from typer.testing import CliRunner
@@ -341,7 +347,7 @@ def test_ctrl_c_ends_logs_follow_with_130_and_sigterm_ends_a_run_with_143(tmp_pa
     proc, run = stand_in(tmp_path, "alive", "time.sleep(120)")
     run.log_path.write_text("first line\n")
     follower = subprocess.Popen(KFORGE + ["runs", "logs", "alive", "-f", "--runs-dir", str(tmp_path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_reaches_it)
     try:
         assert follower.stdout.readline() == "first line\n"
         with open(run.log_path, "a") as fh:
@@ -415,7 +421,7 @@ def test_ctrl_c_ends_watch_with_130(tmp_path):
     """`runs watch` ended on Ctrl-C with exit 0; 130 as every command (the README says so for all of them)."""
     proc, run = stand_in(tmp_path, "watched", "time.sleep(120)")
     watcher = subprocess.Popen(KFORGE + ["runs", "watch", "watched", "--interval", "0.2", "--runs-dir", str(tmp_path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_reaches_it)
     try:
         assert "| running |" in watcher.stdout.readline()  # a plain line per change: the loop is polling
         watcher.send_signal(signal.SIGINT)

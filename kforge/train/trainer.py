@@ -78,7 +78,8 @@ class Trainer:
         self.sampler = ProblemSampler(self.train_problems, ds.batch_size, ds.epochs, ds.shuffle, ds.seed)
         self.levels = {p.key: p.level for p in self.train_problems + self.test_problems}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-learn")
-        self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=self.parts.backend.adapter_dtype)
+        backend = self.parts.backend  # None: a trainer without a runner (one that only checkpoints)
+        self._copies = EngineCopies(self.run.path / ADAPTERS_DIR, dtype=backend.adapter_dtype if backend else None)
         self.engine = RolloutEngine(self.parts)  # hand-overs, sleep and wake, restarts: one at a time
         self.stream = GroupStream.of(self) if self.cfg.rollout.mode == "continuous" else None  # train/stream.py
 

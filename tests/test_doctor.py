@@ -69,6 +69,7 @@ def test_doctor_table_output(tmp_path):
     assert _doctor("--preset", "no_such_preset").returncode == 2
 
 
+@pytest.mark.slow  # `kforge` processes
 def test_piped_doctor_is_a_line_per_check_at_100_columns(tmp_path):
     """Off a terminal the table was padded to ~1000 columns: now `status  check: detail`, an indented `fix:`
     line, wrapped at 100 columns, and the verdict line."""

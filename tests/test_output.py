@@ -48,6 +48,7 @@ def test_help_in_a_pipe_is_whole_and_every_json_flag_has_a_help_line():
     assert "one JSON object" in kforge("runs", "show", "--help").stdout
 
 
+@pytest.mark.slow  # `kforge` processes
 def test_command_lists_in_help_show_each_summary_whole():
     """`-h` of the app and of each group listed its commands with summaries cut at 80 columns by "...": each
     is now whole (wrapped) in a pipe, and whole in Rich's boxes at 80 columns."""

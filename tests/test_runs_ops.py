@@ -373,6 +373,7 @@ def test_ctrl_c_ends_logs_follow_with_130_and_sigterm_ends_a_run_with_143(tmp_pa
     assert stopflag.exit_code() == 130
 
 
+@pytest.mark.slow  # `kforge` processes
 def test_logs_follow_a_resume_while_it_starts_up(tmp_path):
     """A resume keeps the status its run ended with until its loop starts (the model loads first): `logs -f`
     started then exited at once on "stopped". The resume records "starting" with its pid as it opens the

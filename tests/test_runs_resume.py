@@ -164,6 +164,7 @@ def test_resuming_a_folder_without_config_yaml_names_the_folder_not_config(tmp_p
     assert "put the run's config.yaml back" in line
 
 
+@pytest.mark.slow  # `kforge` processes
 def test_a_resume_past_a_damaged_checkpoint_names_the_step_it_resumes_from(tmp_path):
     """Step 3's checkpoint damaged: the resume continues from step 2, and said "after step 3" (its warning,
     the logged changes and config_history.jsonl's after_step)."""

@@ -21,7 +21,6 @@ unless the child claims the lesser compile error.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import random
 import signal
@@ -79,13 +78,7 @@ class Examination(TimingStage):
         # timing has it alone; every hold is released on every path out. A child starts CUDA and puts the
         # model's weights on the device as soon as it is forked, unasked: the start-up's hold comes first.
         # A start-up slot (Slot.starting) first, holding nothing, then the gate; the slot ends at READY.
-        starting = contextlib.ExitStack()
-        starting.enter_context(self.slot.starting())
-        with contextlib.ExitStack() as setting_up:
-            setting_up.push(starting)  # a fork that fails gives the slot back too
-            setting_up.enter_context(self.slot.gpu_work())
-            self._spawn()
-            start_up = setting_up.pop_all()
+        _, starting, start_up = self.slot.start_up(self._spawn)
         assert self.child is not None
         self.durations["fork_s"] = self.child.fork_s
         try:
@@ -119,8 +112,7 @@ class Examination(TimingStage):
             why = own_words(str(exc)[:200], self.job["code"], self.problem_code)  # it may quote the child
             self.v.details["reason"] = f"the child broke the evaluation protocol ({why or type(exc).__name__})"
         finally:
-            starting.close()
-            start_up.close()
+            start_up.close()  # the start-up slot too, if READY never came
             self.child.close()
         return self.v
 

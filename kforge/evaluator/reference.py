@@ -26,7 +26,6 @@ checked calls miss them: (1 - c/N)^16, 19 % for a tenth of the calls, under 0.00
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import random
 import threading
@@ -194,13 +193,8 @@ class ReferenceCache:
         # The GPU's gate (gate.py): the start-up (the child begins it at fork, unasked), the trials and a
         # draw's calls share it with the pool's other GPU work; the timed calls below have it alone, so
         # the shared hold ends before they ask.
-        starting = contextlib.ExitStack()  # a start-up slot (Slot.starting) before the gate, ended at READY
-        starting.enter_context(slot.starting())
-        with contextlib.ExitStack() as setting_up:
-            setting_up.push(starting)  # a fork that fails gives the slot back too
-            setting_up.enter_context(slot.gpu_work())
-            child = start_reference(self.ctx, slot, problem.code, init_seed)
-            shared = setting_up.pop_all()
+        # A start-up slot (Slot.starting) before the gate, ended at READY.
+        child, starting, shared = slot.start_up(lambda: start_reference(self.ctx, slot, problem.code, init_seed))
         failed = Reference([], [], {}, [], [], [])
         try:
             with starting:
@@ -288,8 +282,7 @@ class ReferenceCache:
         except Exception as exc:  # noqa: BLE001 - outputs the arena cannot hold (a dtype it does not know), ...
             failed.error = f"the reference cannot be judged here: {str(exc)[:300]}"
         finally:
-            starting.close()
-            shared.close()
+            shared.close()  # the start-up slot too, if READY never came
             child.close()
         return failed
 

@@ -111,7 +111,7 @@ class Replicas(BackendDefaults):
                 engine = self.replicas[k] if k is not None else None
             if engine is None:
                 await asyncio.sleep(0.05)
-            elif _alive(engine) is False:  # died since its last call: restart it and take another
+            elif engine.alive() is False:  # died since its last call: restart it and take another
                 self._failed(k, engine, None)
             else:
                 return k, engine
@@ -150,7 +150,7 @@ class Replicas(BackendDefaults):
     def _failed(self, k: int, engine: Any, exc: BaseException | None) -> bool:
         """Replica k (`engine`) raised `exc`. True when it is down (then it is restarting or out), False when
         it is alive (the error was the request's or the call's own)."""
-        if exc is not None and _alive(engine):
+        if exc is not None and engine.alive():
             return False
         why = str(exc).splitlines()[0] if exc is not None and str(exc) else "its worker is not alive"
         with self._lock:
@@ -208,7 +208,7 @@ class Replicas(BackendDefaults):
                         engine.load_adapter(*want)
                     except BackendError:
                         with self._lock:
-                            if self._adapter == want or _alive(engine) is False:
+                            if self._adapter == want or engine.alive() is False:
                                 raise
                         continue  # a newer sync came meanwhile (this folder may be pruned): load that one
                     have = want
@@ -269,12 +269,6 @@ class Replicas(BackendDefaults):
         for engine in engines:
             _close_quietly(engine)
         self._fan.shutdown(wait=False)
-
-
-def _alive(engine: Any) -> bool | None:
-    """Whether the engine's worker is alive; None when the engine cannot tell (RolloutBackend.alive)."""
-    alive = engine.alive()
-    return None if alive is None else bool(alive)
 
 
 def _close_quietly(engine: Any) -> None:

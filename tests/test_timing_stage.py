@@ -41,14 +41,19 @@ class _Child:
         return [None]
 
 
+def _reference(samples: list, clock=None) -> Reference:
+    """A draw of len(samples) timed calls (a sample None: a call nobody compares), with the reference's `clock`."""
+    n = len(samples)
+    return Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
+                     samples=samples, meta=[None], clock=clock)
+
+
 class _Stage(TimingStage):
     def __init__(self, coverage: bool) -> None:
         self.cfg = EvaluatorConfig(coverage=coverage)
         self.ctx = SimpleNamespace(activity=None, cfg=self.cfg)
         self.slot = SimpleNamespace(on_gpu=True, index=0)
-        n = 30
-        self.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
-                             samples=[None] * n, meta=[None])
+        self.ref = _reference([None] * 30)
         self.v = Verdict(Status.CORRECT, timing_meaningful=True)
         self.child = _Child()
         self.durations = {}
@@ -122,9 +127,8 @@ def test_a_call_nobody_compared_does_not_set_the_parents_clock(monkeypatch) -> N
     monkeypatch.setattr(timing_stage, "paired_calls", no_twin)
     stage = _Stage(coverage=False)
     n, checked = 100, set(range(0, 96, 6))  # 16 compared calls
-    stage.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
-                          samples=[[None] if i in checked else None for i in range(n)], meta=[None],
-                          clock=Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
+    stage.ref = _reference([[None] if i in checked else None for i in range(n)],
+                           Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
     stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
     stage.child = _SkippingChild(tick, skip_seed=1)  # call 1 is never compared
     stage._timing()
@@ -152,9 +156,7 @@ def test_outputs_pytorch_finished_only_when_re_measured_are_judged_as_in_the_fir
     monkeypatch.setattr(timing_stage, "paired_calls", paired)
     stage = _Stage(coverage=False)
     n = 30
-    stage.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
-                          samples=[[None]] * n, meta=[None],
-                          clock=Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
+    stage.ref = _reference([[None]] * n, Clock(wall_ms=[6.0] * n, reported_ms=[5.0] * n, window_ms=[5.5] * n))
     stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
     stage.child = _SkippingChild(tick, skip_seed=-1)  # every call 5 ms, reported 0.001: the first check flags it
     stage._timing()
@@ -191,9 +193,7 @@ def _flagged_first(monkeypatch) -> _Stage:
     monkeypatch.setattr(drive, "time", tick)
     stage = _Stage(coverage=False)
     n = 30
-    stage.ref = Reference(trials=[], outputs=[], state={}, timing_seeds=list(range(n)), positions=[[None]] * n,
-                          samples=[[None]] * n, meta=[None],
-                          clock=Clock(wall_ms=[1.1] * n, reported_ms=[0.5] * n, window_ms=[1.0] * n))
+    stage.ref = _reference([[None]] * n, Clock(wall_ms=[1.1] * n, reported_ms=[0.5] * n, window_ms=[1.0] * n))
     stage.trial_evidence = [{"kernels": 1, "kernels_on_data": 1}]
 
     class Loaded(_SkippingChild):  # honest 0.5 ms reports, 5 ms after each window: a loaded machine

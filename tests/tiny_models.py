@@ -44,16 +44,21 @@ def small_model(arch: str = "llama", attn: str = "sdpa", seed: int = 0, vocab: i
     return LlamaForCausalLM(config)
 
 
-def small_cfg(**learner) -> KforgeConfig:
-    """LoRA r4 on a tiny model, no learning (lr 0) unless `learner` says otherwise."""
+def lora_cfg(max_tokens: int, **learner) -> KforgeConfig:
+    """LoRA r4 (alpha 8) on a tiny model with gradient checkpointing, `max_tokens` new tokens, `learner` fields set."""
     cfg = KforgeConfig()
     cfg.model.gradient_checkpointing = True
     cfg.lora.rank = 4
     cfg.lora.alpha = 8
-    cfg.rollout.max_tokens = 12
-    for key, value in {**dict(learning_rate=0.0, warmup_steps=0, loss_fn="grpo"), **learner}.items():
+    cfg.rollout.max_tokens = max_tokens
+    for key, value in learner.items():
         setattr(cfg.learner, key, value)
     return cfg
+
+
+def small_cfg(**learner) -> KforgeConfig:
+    """LoRA r4 on a tiny model, no learning (lr 0) unless `learner` says otherwise."""
+    return lora_cfg(12, **{**dict(learning_rate=0.0, warmup_steps=0, loss_fn="grpo"), **learner})
 
 
 def samples(count: int = 5, seed: int = 5) -> list[Sample]:
@@ -82,14 +87,7 @@ def tiny_model(seed: int = 0):
 
 def tiny_cfg(**learner) -> KforgeConfig:
     """The learner tests' settings: LoRA r4, gradient checkpointing, 8 new tokens, `learner` fields set."""
-    cfg = KforgeConfig()
-    cfg.model.gradient_checkpointing = True
-    cfg.lora.rank = 4
-    cfg.lora.alpha = 8
-    cfg.rollout.max_tokens = 8
-    for key, value in learner.items():
-        setattr(cfg.learner, key, value)
-    return cfg
+    return lora_cfg(8, **learner)
 
 
 class Planted:

@@ -20,7 +20,8 @@ PLAIN_COLUMNS = 100  # off a terminal: one check per line, wrapped at this width
 
 def plain_lines(results, width: int = PLAIN_COLUMNS) -> list[str]:
     """Off a terminal (a pipe, a log): `status  check: detail` and an indented `fix:` line, wrapped at `width`
-    columns with continuation lines indented, instead of a table padded to the console's plain width."""
+    columns with continuation lines indented, instead of a table padded to the console's plain width. A word longer
+    than a line (a deep path) stays whole on a line of its own, so it can still be copied from the log."""
     out: list[str] = []
     wrap = dict(width=width, subsequent_indent=" " * 6, break_long_words=False, break_on_hyphens=False)
     for r in results:

@@ -5,7 +5,7 @@ it: the prompt (``policy.prompts``), the static check and the format reward's st
 (``evaluator.static_check``, ``credit.structure``), the pool's build step and the examination's lock-down
 and decoy trial (``evaluator.pool``, ``evaluator.examine``), the doctor's checks (``ops``) and the example
 corpus (``rag``). Adding a backend is one record here, its name in ``DatasetConfig.backend``'s literal
-(``tests/test_layout.py`` checks that the two agree) and whatever new kind of build or structure it needs.
+(``tests/house/test_choice_tables.py`` checks that the two agree) and whatever new kind of build or structure it needs.
 
 Parent-side only: the sandboxed child never imports this module (the parent tells it what to do in its job).
 """

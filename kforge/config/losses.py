@@ -2,7 +2,7 @@
 
 Torch-free data, here beside the settings because two layers read it: the learner computes a row's
 surrogate (``kforge.learner.losses``), the credit step takes its default advantage normalisation
-(``kforge.credit.advantages``). ``tests/test_layout.py`` checks that the schema's literal lists these names.
+(``kforge.credit.advantages``). ``tests/house/test_choice_tables.py`` checks that the schema's literal lists these names.
 """
 
 from __future__ import annotations

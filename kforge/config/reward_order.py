@@ -5,7 +5,7 @@ Two tables, each the one place its names live: the speed forms (``reward.speed_f
 speedup and the range it can take) and the reward components (the ``RewardConfig`` field that weighs each,
 and the raw range a correct and an incorrect kernel can earn). Pure arithmetic on ``RewardConfig``, here so
 that the config is refused when it is resolved (a schema validator), before a model is loaded;
-``kforge.credit.rewards`` scores turns with the same tables. ``tests/test_layout.py`` checks them against
+``kforge.credit.rewards`` scores turns with the same tables. ``tests/house/test_choice_tables.py`` checks them against
 the schema.
 """
 

@@ -37,7 +37,7 @@ class PromptOption:
     compact: bool = False  # a few lines of instructions and an answer skeleton instead of the full rules
 
 
-# The prompt options, the one place their names live (tests/test_layout.py checks the schema's literal).
+# The prompt options, the one place their names live (tests/house/test_choice_tables.py checks the schema's literal).
 PROMPT_OPTIONS: dict[str, PromptOption] = {
     "zero_shot": PromptOption(k=0, retrieves=False),
     "one_shot": PromptOption(k=1, retrieves=False),

@@ -1,6 +1,6 @@
 """The dashboard that shows nothing: the trainer's view until `kforge train` gives it a real one (a test, an
 eval, a trainer built without a terminal), so the trainer reports to one object and never asks whether it
-has a view. Its methods are the Dashboard's, one for one (tests/test_layout.py checks it)."""
+has a view. Its methods are the Dashboard's, one for one (tests/house/test_run_lifecycle.py checks it)."""
 
 from __future__ import annotations
 

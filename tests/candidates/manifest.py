@@ -1,6 +1,6 @@
 """The candidate corpus: which problem each file answers and what the evaluator must say about it.
 
-Shared by tests/test_evaluator_corpus.py (CPU, Triton interpreter) and bench/gpu_evaluator_corpus.py.
+Shared by tests/evaluator/test_corpus.py (CPU, Triton interpreter) and bench/gpu_evaluator_corpus.py.
 Placeholders in a file (__PORT__, __TARGET__, __SLEEP__, __POOL_PID__) are filled in by the runner.
 """
 
@@ -474,7 +474,7 @@ ATTACKS = [
            "closure_guard.py with class patterns instead of text (`case object(__closure__=cells)`): banned in "
            "source (a class pattern's keywords are lookups like any `.name`); without the static check, as "
            "closure_guard.py", item=4),
-    # A pair, run in this order (tests/test_evaluator_corpus.py and bench/gpu_evaluator_corpus.py run it on
+    # A pair, run in this order (tests/evaluator/test_corpus.py and bench/gpu_evaluator_corpus.py run it on
     # its own, in sequence): an honest evaluation publishes (input, output) pairs, a later one replays them.
     Attack("replay_publish.py", {"bare": "correct"},
            "honest, and publishes every (input, output) pair it sees in System V shared memory (see replay.py)"),

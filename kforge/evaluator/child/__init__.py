@@ -3,4 +3,4 @@ the request loop, the arena writer, the in-process guard, kernel coverage and wh
 
 The parent never imports these: it starts the zygote by its module name (children.py) and talks to it
 through the shared protocol (protocol.py, wire.py). These import only each other and the shared modules
-named in tests/test_layout.py (CHILD_SHARED), nothing of the parent's side."""
+named in tests/house/test_layers.py (CHILD_SHARED), nothing of the parent's side."""

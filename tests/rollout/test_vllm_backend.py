@@ -3,7 +3,7 @@ real engine.
 
 This machine has no GPU and no vLLM, so the protocol tests run the real worker process (spawn, the
 environment it starts with, the pipe, concurrent requests, error and crash handling, adapter ids,
-prefix-cache resets) with `RecordingEngine` (tests/recording_engine.py) standing in for vLLM's async engine
+prefix-cache resets) with `RecordingEngine` (tests/support/recording_engine.py) standing in for vLLM's async engine
 inside it: the one piece this machine lacks.
 The engine tests at the end are skipped unless vLLM imports and CUDA is available.
 """

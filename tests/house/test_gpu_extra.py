@@ -2,12 +2,11 @@
 whatever vLLM is newest (which brings a torch of its own)."""
 
 import re
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-REPO = Path(__file__).resolve().parent.parent
+from locations import REPO
 
 
 def test_gpu_extra_pins_the_tested_vllm_and_torch():

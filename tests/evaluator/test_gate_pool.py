@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,8 @@ from kforge.evaluator.context import PoolContext
 from kforge.evaluator.examine import Examination
 from kforge.evaluator.gate import EXCLUSIVE, DeviceGate
 from kforge.problems.record import Problem
+from locations import CANDIDATES
 
-CANDIDATES = Path(__file__).parent / "candidates"
 RELU = (CANDIDATES / "manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]
 PATIENCE_S = 120.0  # a step that waits longer than this means the steering went wrong
 

@@ -1,4 +1,4 @@
-"""A real Trainer around the stand-ins of tests/fake_parts.py (engine, prompt builder, pool, learner): its
+"""A real Trainer around the stand-ins of tests/support/fake_parts.py (engine, prompt builder, pool, learner): its
 config, its construction, and a learner stand-in that runs one call at a time as the learner process does.
 The trainer tests and the replica tests build their trainers here."""
 

@@ -1,6 +1,6 @@
 """Multi-turn episodes: stop rules, history and feedback, the context budget, overlapping evaluations.
 
-The evaluator is not used here: `grade_by_parsing` (tests/scripted_episodes.py) is a plain async function
+The evaluator is not used here: `grade_by_parsing` (tests/support/scripted_episodes.py) is a plain async function
 that grades a candidate by reading it. It exists ONLY to drive the stop-rule logic; real verdicts come from the
 evaluator pool. The stop-rule tests replay scripted responses (`ScriptedBackend`, tokenised with the real
 tokenizer) so that each rule is exercised deterministically;

@@ -7,13 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from kforge.config.loader import presets_dir, resolve
-
-CANDIDATES = Path(__file__).resolve().parent / "candidates"
 
 
 def kforge(*args, env=None, stdin=subprocess.DEVNULL, cwd=None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,6 +13,7 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict
 from kforge.policy.runner import VerdictCache
 from kforge.problems.record import Problem
+from locations import CANDIDATES
 
 FLAKY = '''import time
 import torch
@@ -43,7 +43,7 @@ def test_a_failed_reference_is_retried_after_its_back_off(tmp_path):
     """The real pool and reference child: the problem's Model fails until READY_AT (real time). Its failure is
     answered from memory during the back-off (still failing after READY_AT: it is not recomputed), and
     computed again once the back-off is over: the candidate is then judged correct."""
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     cfg = EvaluatorConfig(num_correct_trials=2, run_timeout_s=20.0, compile_timeout_s=60.0, timing_timeout_s=10.0,
                           memory_limit_gb=4.0, cpu_workers=1, reference_retry_s=30.0)
     with EvalPool(cfg, devices=None, cache_dir=tmp_path / "cache") as pool:

@@ -21,8 +21,7 @@ from kforge.evaluator.feedback import clean_error, write_feedback
 from kforge.evaluator.static.static_check import check_source, reference_ops
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.evaluator.wire import WireError, decode, encode
-
-CANDIDATES = Path(__file__).parent / "candidates"
+from locations import CANDIDATES
 
 MATMUL_PROBLEM = '''import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 """Continuous rollouts (rollout.mode=continuous, kforge/train/stream.py): the admission rule and the take rule
 as pure functions, then the real trainer, episode runner and run folder with the stand-ins of
-tests/fake_parts.py: versions per turn, stale groups dropped, no generation during a shared-GPU learner
+tests/support/fake_parts.py: versions per turn, stale groups dropped, no generation during a shared-GPU learner
 step, resume; the config's refusals; one `kforge train` on the CPU with the tiny preset."""
 
 from __future__ import annotations

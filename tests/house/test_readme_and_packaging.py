@@ -6,15 +6,14 @@ import re
 import subprocess
 import sys
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from kforge.problems import builtin_problems
 from kforge.ui.dashboard import Dashboard
+from locations import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 
 

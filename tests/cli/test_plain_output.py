@@ -8,14 +8,12 @@ import sys
 import time
 import warnings
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from kforge.ui.dashboard import Dashboard
-
-CANDIDATES = Path(__file__).resolve().parent / "candidates"
+from locations import CANDIDATES
 
 
 def kforge(*args, env=None):

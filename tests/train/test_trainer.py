@@ -1,5 +1,5 @@
 """The trainer's own logic: per-step statistics in pipelined mode, transcripts and stalls with stand-ins
-for the model-backed parts (tests/fake_parts.py); a learner process that hangs or dies, and resume after
+for the model-backed parts (tests/support/fake_parts.py); a learner process that hangs or dies, and resume after
 that failure, on the real learner process and the real eval pool (the rollout engine, vLLM on a GPU, is the
 one stand-in there). The trainer, episode runner, verdict cache and run folder are always real."""
 

@@ -27,6 +27,7 @@ from kforge.problems import (
     select_problems,
     split_problems,
 )
+from locations import REPO
 
 SHARED_JSONL = kernelbench_jsonl()  # $KFORGE_KERNELBENCH, else ../shared/data/kernelbench/problems.jsonl
 
@@ -267,7 +268,7 @@ def test_hf_source_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     [("nope", "unknown problem source 'nope'"), ("", "empty problem source"), ("pyproject.toml", "not .jsonl")],
 )
 def test_bad_sources(source: str, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(REPO)
     with pytest.raises(ProblemSourceError, match=message):
         load_problems(source)
 

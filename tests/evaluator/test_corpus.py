@@ -22,13 +22,14 @@ import torch
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status, Verdict, sandbox
 from kforge.problems.record import Problem
+from locations import CANDIDATES, REPO
 
 
 def _load_manifest():
     import importlib.util
     import sys
 
-    path = Path(__file__).parent / "candidates" / "manifest.py"
+    path = CANDIDATES / "manifest.py"
     spec = importlib.util.spec_from_file_location("kforge_candidate_manifest", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses need the module registered
@@ -193,16 +194,16 @@ def test_corpus_case(pools: _Pools, case: Case, tmp_path: Path) -> None:
     if case.status == "unsupported":
         assert "no GPU" in v.feedback
     # The pool still judges a good kernel right after every case.
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     after = pool.submit(make_problem("relu"), good).result(timeout=60)
     assert after.correct, after.feedback
 
 
 def test_evaluate_many_keeps_order(pool: EvalPool) -> None:
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
-    zeros = (Path(__file__).parent / "candidates" / "returns_zeros.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
+    zeros = (CANDIDATES / "returns_zeros.py").read_text()
     items = [(make_problem("relu"), good, "triton"), (make_problem("relu"), zeros, "triton"),
-             (make_problem("scale"), (Path(__file__).parent / "candidates" / "scale_correct.py").read_text(), "triton"),
+             (make_problem("scale"), (CANDIDATES / "scale_correct.py").read_text(), "triton"),
              (make_problem("relu"), "", "triton"), (make_problem("relu"), good, "rocm")]
     out = pool.evaluate_many(items)
     assert [v.status for v in out] == [Status.CORRECT, Status.INCORRECT, Status.CORRECT, Status.FORMAT_ERROR,
@@ -213,7 +214,7 @@ def test_evaluate_many_keeps_order(pool: EvalPool) -> None:
 def test_async_evaluate_and_verdict_roundtrip(pool: EvalPool) -> None:
     import asyncio
 
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     v = asyncio.run(pool.evaluate(make_problem("relu"), good, "triton"))
     assert v.correct and v.trials == 4  # 3 trials + the signed-input trial (inputs are torch.rand)
     again = Verdict.from_dict(v.to_dict())
@@ -223,7 +224,7 @@ def test_async_evaluate_and_verdict_roundtrip(pool: EvalPool) -> None:
 
 
 def test_partial_credit_when_only_some_trials_fail(pool: EvalPool) -> None:
-    copy = (Path(__file__).parent / "candidates" / "copy_kernel.py").read_text()
+    copy = (CANDIDATES / "copy_kernel.py").read_text()
     v = pool.submit(make_problem("relu"), copy).result(timeout=60)
     assert v.status is Status.INCORRECT and v.trials_passed == 3 and v.trials == 4
     assert 0.7 < v.partial_credit < 0.8 and v.max_abs_error and v.max_abs_error > 0.1
@@ -244,9 +245,9 @@ _ATTACK_RUNS = [(a, mode) for a in ATTACKS for mode in a.expect if not (mode == 
 
 
 def _attack_code(attack, pools: _Pools) -> str:
-    solution = Path(__file__).resolve().parents[1] / "kforge/problems/builtin/level1/solutions/1_Add.py"
+    solution = REPO / "kforge/problems/builtin/level1/solutions/1_Add.py"
     return attack.code().replace("__CACHE__", str(pools.cache)).replace("__SOLUTION__", str(solution)).replace(
-        "__CHECKOUT__", str(Path(__file__).resolve().parents[1]))
+        "__CHECKOUT__", str(REPO))
 
 
 @pytest.mark.parametrize("attack", fast_first(PARENT_SIDE, lambda a: a.item, [a.file for a in PARENT_SIDE]))
@@ -291,7 +292,7 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
 
         common = own | {w.lower() for w in VOCABULARY}  # a user named like a word of an error message
         users = [u.pw_name for u in pwd.getpwall() if len(u.pw_name) > 3 and u.pw_name.lower() not in common]
-        host = [str(Path(__file__).resolve().parents[1]), "kforge-trainer-path-marker", os.uname().release,
+        host = [str(REPO), "kforge-trainer-path-marker", os.uname().release,
                 "/usr/local/bin", "PYTHONPATH", "HOME=", "TMPDIR="] + users
         assert not [h for h in host if h in shown], (host, shown)
         assert "candidate.py, line" in v.error and "raise RuntimeError(host())" in v.error, v.error
@@ -312,7 +313,7 @@ def test_attack(pools: _Pools, attack, mode: str) -> None:
         assert "uid=0 " not in v.error and "hosts: " in v.error, v.error  # the probes' results did reach the text
         assert "uid=" in v.error and len(v.error) <= MAX_TEXT, v.error
     # Whatever the attack did, the pool still judges an honest kernel right after it.
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     assert pools[mode].submit(make_problem("relu"), good).result(timeout=60).correct
 
 
@@ -329,7 +330,7 @@ def test_the_decoy_trial_has_no_place_a_child_can_count(pools: _Pools, monkeypat
     assert {examine.decoy_place(4, random.Random(i)) for i in range(200)} == {1, 2, 3, 4}
     monkeypatch.setattr(examine, "trial_order", lambda ref, rng: list(range(len(ref.trials))))  # signed last
     monkeypatch.setattr(examine, "decoy_place", lambda n, rng: 1)
-    code = (Path(__file__).parent / "candidates" / "attacks" / "decoy_count.py").read_text()
+    code = (CANDIDATES / "attacks" / "decoy_count.py").read_text()
     v = pools["all"].submit(make_problem("relu"), code).result(timeout=120)
     assert v.status is Status.INCORRECT and "kernel_not_needed" in v.flags and not v.correct, (v.status, v.flags)
 
@@ -339,7 +340,7 @@ def test_every_sampled_read_has_positions_of_its_own(pools: _Pools) -> None:
     that learnt where one read looked (a cache side channel on the shared memory) learns nothing about the
     next. (One set of positions once served every timed call.)"""
     pool = pools["sampled"]
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     assert pool.submit(make_problem("relu"), good).result(timeout=60).correct
     ref = pool.references.get(pool._slots[0], make_problem("relu"))
     timed = [tuple(p[0].tolist()) for p in ref.positions]
@@ -409,7 +410,7 @@ def test_every_evaluation_gets_inputs_of_its_own(pools: _Pools) -> None:
     assert len(seeds[0]) == len(first.trials) + len(first.timing_seeds) + 1 and not seeds[0] & seeds[1]
     assert not torch.equal(first.outputs[0][0], second.outputs[0][0])
     assert first.clock is second.clock and first.init_seed == second.init_seed
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     assert pool.submit(relu, good).result(timeout=60).correct  # judged against a draw of its own
     shared = EvalPool(EvaluatorConfig(**(pool.cfg.model_dump() | {"inputs_reuse": 2})), devices=None,
                       cache_dir=pools.cache)
@@ -439,7 +440,7 @@ def test_a_draw_checks_a_secret_subset_of_the_timed_calls(pools: _Pools) -> None
             assert sum(x is not None for x in draw.samples) == DRAW_CHECKED_CALLS
         assert [x is None for x in drawn.samples] != [x is None for x in again.samples]  # 1 in C(22, 16) alike
         assert not set(drawn.timing_seeds) & set(again.timing_seeds)
-        good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+        good = (CANDIDATES / "relu_correct.py").read_text()
         assert pool.submit(relu, good).result(timeout=120).correct  # judged against a draw's checked calls
         # A candidate wrong in every timed call cannot miss all the checked ones.
         wrong = good.replace("class ModelNew(nn.Module):", "_n = [0]\n\n\nclass ModelNew(nn.Module):").replace(
@@ -459,7 +460,7 @@ def test_a_draw_of_inputs_that_fails_is_the_references_fault(pools: _Pools, monk
         raise RuntimeError("the reference ran out of budget")
 
     monkeypatch.setattr(pool.references, "draw", broken)
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     v = pool.submit(make_problem("relu"), good).result(timeout=60)
     assert v.status is Status.RUNTIME_ERROR and v.details.get("reference_error") and not v.correct, v.details
     assert "reference failed" in v.error and "not the candidate's fault" in v.feedback
@@ -481,6 +482,6 @@ def test_a_draw_that_fails_once_is_drawn_again(pools: _Pools, monkeypatch: pytes
         return real(*args, **kwargs)
 
     monkeypatch.setattr(pool.references, "draw", once)
-    good = (Path(__file__).parent / "candidates" / "relu_correct.py").read_text()
+    good = (CANDIDATES / "relu_correct.py").read_text()
     v = pool.submit(make_problem("relu"), good).result(timeout=120)
     assert v.status is Status.CORRECT and not v.details.get("reference_error") and len(calls) == 2, v.details

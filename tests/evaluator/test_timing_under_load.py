@@ -23,8 +23,8 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import EvalPool, Status
 from kforge.problems import builtin_problems
 from kforge.problems.record import Problem
+from locations import CANDIDATES
 
-CANDIDATES = Path(__file__).parent / "candidates"
 BUSY_PER_CORE = 2
 
 

@@ -1,6 +1,6 @@
 """Data-parallel rollout: one engine per GPU group behind a router that keeps a problem's requests on one
 replica, with adapter syncs sent to every replica. The engines are real worker processes with vLLM's async
-engine stood in (`RecordingEngine` of tests/recording_engine.py, as in test_rollout_vllm: this machine has no
+engine stood in (`RecordingEngine` of tests/support/recording_engine.py, as in test_vllm_backend: this machine has no
 vLLM and no GPU)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 2-problem x 3-sample x 3-turn batch whose returns and group advantages tests/test_advantages.py works
+"""The 2-problem x 3-sample x 3-turn batch whose returns and group advantages tests/credit/test_advantages.py works
 out by hand (gamma 0.5); other credit tests reuse it."""
 
 from __future__ import annotations

@@ -3,8 +3,6 @@ counted per step (`timing/contended`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fake_parts import Clock
@@ -14,8 +12,8 @@ from kforge.evaluator.contention import GpuActivity
 from kforge.policy.records import Trajectory, Turn
 from kforge.problems.record import Problem
 from kforge.train.metrics import rollout_metrics
+from locations import CANDIDATES
 
-CANDIDATES = Path(__file__).parent / "candidates"
 RELU = (CANDIDATES / "manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import statistics
 import struct
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,11 +29,11 @@ from kforge.evaluator.judge import (
 )
 from kforge.evaluator.static.static_check import check_source
 from kforge.evaluator.wire import FrameReader, WireError, decode, encode, send_frame
+from locations import CANDIDATES, REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-RELU = (ROOT / "tests/candidates/manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]
-GOOD = (ROOT / "tests/candidates/relu_correct.py").read_text()
-CUDA_RELU = (ROOT / "tests/candidates/cuda_relu_correct.py").read_text()
+RELU = (CANDIDATES / "manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]
+GOOD = (CANDIDATES / "relu_correct.py").read_text()
+CUDA_RELU = (CANDIDATES / "cuda_relu_correct.py").read_text()
 
 
 # --- timing: the parent's clock against the child's report -------------------------------------
@@ -147,7 +146,7 @@ def test_the_gpu_expectations_of_the_attacks_loosen_nothing() -> None:
     import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("kforge_manifest_gpu", ROOT / "tests/candidates/manifest.py")
+    spec = importlib.util.spec_from_file_location("kforge_manifest_gpu", CANDIDATES / "manifest.py")
     m = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = m  # its dataclasses look their module up there
     spec.loader.exec_module(m)  # type: ignore[union-attr]
@@ -471,7 +470,7 @@ def helper(x: torch.Tensor) -> torch.Tensor:
     return out.reshape(x.shape)
 '''
     assert check_source(style, RELU, "triton").errors == []
-    for path in sorted((ROOT / "kforge/problems/builtin").glob("level*/solutions/*.py")):
+    for path in sorted((REPO / "kforge/problems/builtin").glob("level*/solutions/*.py")):
         assert check_source(path.read_text(), RELU, "triton").errors == [], path.name
 
 
@@ -493,15 +492,15 @@ def test_the_candidate_child_gets_no_model_class() -> None:
 
 # --- the PyTorch-op flag resolves names through the imports -------------------------------------
 
-GELU_REF = (ROOT / "tests/candidates/manifest.py").read_text().split("TANH_GELU = '''")[1].split("'''")[0]
-ORDINARY = (ROOT / "tests/candidates/ordinary_gelu.py").read_text()
+GELU_REF = (CANDIDATES / "manifest.py").read_text().split("TANH_GELU = '''")[1].split("'''")[0]
+ORDINARY = (CANDIDATES / "ordinary_gelu.py").read_text()
 
 
 def test_math_constants_in_launch_arguments_are_not_the_pytorch_op() -> None:
     # The reference calls math.sqrt and torch.tanh; the kernel's launch computes math.sqrt(2 / pi).
     rep = check_source(ORDINARY, GELU_REF, "triton")
     assert rep.errors == [] and rep.flags == []
-    autotuned = (ROOT / "tests/candidates/ordinary_autotune.py").read_text()
+    autotuned = (CANDIDATES / "ordinary_autotune.py").read_text()
     assert check_source(autotuned, GELU_REF, "triton").flags == []
 
 
@@ -633,7 +632,7 @@ def test_cuda_sources_full_of_dunder_names_pass_the_static_check() -> None:
     text failed every honest CUDA candidate on the GPU (`static_check_failed`)."""
     from bench.repeatability import kernels
 
-    sources = {p.name: p.read_text() for p in sorted((ROOT / "tests/candidates").glob("cuda_*.py"))}
+    sources = {p.name: p.read_text() for p in sorted(CANDIDATES.glob("cuda_*.py"))}
     sources.update({f"repeatability {pid}": code for pid, backend, code in kernels() if backend == "cuda"})
     sources["ordinary"] = ORDINARY_CUDA
     assert len(sources) >= 6

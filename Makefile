@@ -41,9 +41,12 @@ test: lint
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q tests
 
 # Without the tests marked slow (a real model, training, a pool or kforge processes at work, seconds of waiting):
-# the loop while changing code, under 3 minutes on a 2-core machine.
+# the loop while changing code, under 3 minutes on a 2-core machine. Spread over TEST_WORKERS processes
+# (pytest-xdist), a test file's tests in one of them (its module-wide fixtures are set up once); the full
+# suite stays in one process, as CI runs it, so its load tests alone decide how loaded the machine is.
+TEST_WORKERS ?= 2
 test-fast: lint
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow" tests
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -6,6 +6,11 @@ import pytest
 # Tests never reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The `kforge` processes a test starts write to a pipe, as in a script, and decide their width from that alone:
+# a terminal size exported by whatever runs the tests (pytest-xdist's workers export 80 x 24) would make them
+# draw for that terminal. A test that wants a width passes COLUMNS itself.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
 
 
 @pytest.fixture

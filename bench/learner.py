@@ -50,12 +50,16 @@ import sys
 import time
 import traceback
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
+    from kforge.learner.learner import Learner
 
 # Written out from the published config.json files of the two models.
 ARCHS: dict[str, dict[str, Any]] = {
@@ -88,7 +92,7 @@ def model_flops(frozen: int, trainable: int, head: int, tokens: int, response_to
 
 
 def learner_config(args: argparse.Namespace, response_tokens: int, recompute: float | str = 1.0, chunk: int = 0,
-                   autocast: bool = False, pack: bool = False, longest: int = 32768) -> Any:
+                   autocast: bool = False, pack: bool = False, longest: int = 32768) -> KforgeConfig | SimpleNamespace:
     """kforge's config with the bench's settings; a plain namespace where pydantic is not installed
     (the GPU image lacks it), holding the same fields with the schema's defaults."""
     lora = dict(rank=args.lora_rank, alpha=2 * args.lora_rank, dropout=0.0,
@@ -134,7 +138,7 @@ def build_model(arch: str, device: str, quant: str) -> tuple[Any, int, int]:
     return model, body, head
 
 
-def quantize_to_nf4(model: Any, device: str) -> None:
+def quantize_to_nf4(model: torch.nn.Module, device: str) -> None:
     """Swap every decoder Linear for a bitsandbytes NF4 Linear4bit (what from_pretrained with a
     BitsAndBytesConfig would load), layer by layer to keep the memory peak low."""
     import bitsandbytes as bnb
@@ -253,7 +257,7 @@ def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recomput
     return row
 
 
-def estimate(learner: Any, cfg: Any, recompute: float | str) -> dict[str, Any]:
+def estimate(learner: Learner, cfg: KforgeConfig | SimpleNamespace, recompute: float | str) -> dict[str, Any]:
     """The share the learner applied (what `auto` chose) and the estimated peak at it (kforge.learner.recompute)."""
     from kforge.learner.lora import checkpointed_layers
     from kforge.learner.recompute import GIB, peak_bytes, shape_of
@@ -274,7 +278,7 @@ def share_label(row: dict[str, Any]) -> str:
     return share if isinstance(share, str) else f"a{share:.2f}" if row.get("auto") else f"{share:g}"
 
 
-def fmt(value: Any, spec: str) -> str:
+def fmt(value: object, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 

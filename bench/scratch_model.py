@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import sysconfig
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -20,7 +23,7 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def train_tokenizer(out_dir: str | Path, vocab_size: int = 8000, corpus_bytes: int = 3_000_000) -> Any:
+def train_tokenizer(out_dir: str | Path, vocab_size: int = 8000, corpus_bytes: int = 3_000_000) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer with `vocab_size` entries saved to `out_dir`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

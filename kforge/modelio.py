@@ -13,10 +13,14 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from kforge.config.loader import ResolvedConfig
 from kforge.config.paths import cache_root
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 class ModelLoadError(RuntimeError):
@@ -110,13 +114,13 @@ def is_hub_id(name: str) -> bool:
             and not Path(name).is_dir())
 
 
-def torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> torch.dtype | str:
     import torch
 
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "auto": "auto"}[name]
 
 
-def load_tokenizer(ref: ModelRef, chat_template: str | None = None, trust_remote_code: bool = False) -> Any:
+def load_tokenizer(ref: ModelRef, chat_template: str | None = None, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
@@ -139,7 +143,7 @@ def load_causal_lm(
     device: str | None = None,
     load_in_4bit: bool = False,
     trust_remote_code: bool = False,
-) -> Any:
+) -> PreTrainedModel:
     """A causal LM, dequantised when the source is GGUF (so PEFT can train and save it)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -219,7 +223,7 @@ def parameter_count(name: str, gguf_file: str | None = None, trust_remote_code: 
     return embeddings + layers * (2 * h * h + 2 * h * kv + 3 * h * inter)
 
 
-def fit_context(resolved: ResolvedConfig, say: Any) -> ResolvedConfig:
+def fit_context(resolved: ResolvedConfig, say: Callable[[str], object]) -> ResolvedConfig:
     """Cap `model.max_model_len` at the model's own context: presets are written for 16k-context models,
     and vLLM refuses a longer length than the model has. The capped values are a layer of their own (so
     `config.yaml` and `config show` give what the run uses, and say why); one line says so."""

@@ -32,7 +32,10 @@ import queue
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 _ENV_LOCK = threading.Lock()
 # Held while a start has put a child's variables into this process's environment: read the parent's own
@@ -61,7 +64,7 @@ class CallFailed(ServedError):
         self.child_traceback = child_traceback
 
 
-def resolve(spec: str) -> Any:
+def resolve(spec: str) -> Callable[..., object]:
     """`package.module:Name.attr` -> the object."""
     module, _, name = spec.partition(":")
     obj: Any = importlib.import_module(module)
@@ -71,7 +74,7 @@ def resolve(spec: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- child side
-def _child_main(conn: Any, env: dict[str, str], log_path: str | None, factory: str, kwargs: dict[str, Any]) -> None:
+def _child_main(conn: Connection, env: dict[str, str], log_path: str | None, factory: str, kwargs: dict[str, Any]) -> None:
     os.environ.update(env)  # before the factory's module (and torch) is imported
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -80,11 +83,11 @@ def _child_main(conn: Any, env: dict[str, str], log_path: str | None, factory: s
     asyncio.run(_serve(conn, factory, kwargs))
 
 
-async def _serve(conn: Any, factory: str, kwargs: dict[str, Any]) -> None:
+async def _serve(conn: Connection, factory: str, kwargs: dict[str, Any]) -> None:
     loop = asyncio.get_running_loop()
     send_lock = threading.Lock()
 
-    def reply(kind: str, cid: int, payload: Any) -> None:
+    def reply(kind: str, cid: int, payload: object) -> None:
         with send_lock:
             try:
                 conn.send((kind, cid, payload))
@@ -101,7 +104,7 @@ async def _serve(conn: Any, factory: str, kwargs: dict[str, Any]) -> None:
     reply("ok", 0, {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     inflight: set[asyncio.Task] = set()
 
-    async def run_async(cid: int, fn: Any, call_kwargs: dict[str, Any]) -> None:
+    async def run_async(cid: int, fn: Callable[..., Awaitable[object]], call_kwargs: dict[str, Any]) -> None:
         try:
             reply("ok", cid, await fn(**call_kwargs))
         except BaseException:
@@ -296,18 +299,18 @@ class ServedProcess:
         self._hung = f"{self.name} did not answer {method} within {timeout_s:g} s (hung or overloaded)"
         return CallTimeout(self._hung)
 
-    def _wait(self, fut: cf.Future, timeout_s: float | None, method: str) -> Any:
+    def _wait(self, fut: cf.Future, timeout_s: float | None, method: str) -> Any:  # noqa: ANN401  the served object's answer: whatever its method returns
         try:
             return fut.result(timeout=timeout_s)
         except cf.TimeoutError:
             raise self._timed_out(method, timeout_s or 0.0) from None
 
-    def call(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+    def call(self, method: str, timeout_s: float | None = None, **kwargs: object) -> Any:  # noqa: ANN401  the served object's answer: whatever its method returns
         """Run `obj.method(**kwargs)` in the child and return its result; raises within `timeout_s`."""
         timeout_s = timeout_s if timeout_s is not None else self.call_timeout_s
         return self._wait(self._submit(method, kwargs), timeout_s, method)
 
-    async def acall(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+    async def acall(self, method: str, timeout_s: float | None = None, **kwargs: object) -> Any:  # noqa: ANN401  the served object's answer: whatever its method returns
         timeout_s = timeout_s if timeout_s is not None else self.call_timeout_s
         fut = asyncio.wrap_future(self._submit(method, kwargs))
         try:
@@ -349,7 +352,7 @@ class ServedProcess:
             pass
 
 
-def _settle(fut: cf.Future, result: Any = None, error: BaseException | None = None) -> None:
+def _settle(fut: cf.Future, result: object = None, error: BaseException | None = None) -> None:
     """Complete a call's future unless its caller already gave up on it (cancelled, e.g. by a deadline):
     the reader must outlive every caller, or no later call is ever answered."""
     try:

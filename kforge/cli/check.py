@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
@@ -18,6 +18,10 @@ from kforge.errors import UserError
 from kforge.jsonl import CANDIDATE_MAX_BYTES, read_text
 from kforge.kernel_backends import KERNEL_BACKENDS, names
 from kforge.ui.console import console, fail, print_fields
+
+if TYPE_CHECKING:
+    from kforge.evaluator.verdict import Verdict
+    from kforge.problems.record import Problem
 
 
 def _explain_table() -> Table:
@@ -40,7 +44,7 @@ def _explain_rows() -> list[dict[str, Any]]:
     return [{"protection": n, "active": a, "detail": d} for n, a, d in layers.explain()]
 
 
-def _load_problem(spec: str, source: str) -> Any:
+def _load_problem(spec: str, source: str) -> Problem:
     from kforge.problems import find_problem, load_problems
     from kforge.problems.record import Problem
 
@@ -57,7 +61,7 @@ def _devices(cpu: bool) -> list[int]:
     return [] if cpu else default_devices()
 
 
-def _fields(verdict: Any, problem: Any) -> tuple[list[tuple[str, str | Text]], str]:
+def _fields(verdict: Verdict, problem: Problem) -> tuple[list[tuple[str, str | Text]], str]:
     """The verdict as (label, value) rows, and its colour."""
     style = "green" if verdict.correct else ("yellow" if verdict.status.value in ("correct", "incorrect") else "red")
     rows = [("problem", f"{problem.key} {problem.name}"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -12,6 +12,9 @@ from typer.core import TyperCommand, TyperGroup
 from kforge.config.loader import ResolvedConfig, resolve
 from kforge.errors import UserError
 from kforge.ui.console import fail
+
+if TYPE_CHECKING:
+    import click
 
 
 def _preset_help() -> str:
@@ -46,7 +49,7 @@ def ask_the_hub_once() -> None:
     offline_unless_reachable()
 
 
-def _said_once(invoke: Callable[[Any], Any], ctx: Any) -> Any:
+def _said_once(invoke: Callable[[click.Context], object], ctx: click.Context) -> object:
     """Run a command; a UserError raised anywhere below it reaches the user here, once, as it was written:
     one line on stderr and exit 2. Commands do not catch and re-word them on the way up."""
     try:
@@ -55,7 +58,7 @@ def _said_once(invoke: Callable[[Any], Any], ctx: Any) -> Any:
         raise fail(str(exc)) from None
 
 
-def summary(command: Any) -> str:
+def summary(command: click.Command) -> str:
     """A command's one-line summary for a list of commands: its short help, else its help's first paragraph,
     whole (click cut it at the terminal's width minus the names, with "...")."""
     text = command.short_help or inspect.cleandoc(command.help or "").split("\n\n")[0]
@@ -67,10 +70,10 @@ class Commands(TyperGroup):
     every subcommand runs through `_said_once`, also when the app is run without `main()` (as the tests run
     it); plain `--help` lists each command with its whole summary, wrapped."""
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         return _said_once(super().invoke, ctx)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, summary(cmd)) for name in self.list_commands(ctx)
                 if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
         if rows:
@@ -81,5 +84,5 @@ class Commands(TyperGroup):
 class Command(TyperCommand):
     """A Typer app of one command (`kforge eval compare`): the same as `Commands`."""
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         return _said_once(super().invoke, ctx)

@@ -102,7 +102,7 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def parse_scalar(text: str, path: list[str] | None = None) -> Any:
+def parse_scalar(text: str, path: list[str] | None = None) -> object:
     """Values on the command line and in the environment are YAML scalars or flow lists, except for a text
     field (`path` names the key): there the text is kept as written, so `log.run_name=20250101` or
     `model.name=yes` stay text instead of becoming a number, a date or a boolean. `null` still clears it."""
@@ -131,7 +131,7 @@ def _is_text_field(path: list[str]) -> bool:
     return False
 
 
-def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+def set_path(tree: dict[str, Any], path: list[str], value: object) -> None:
     node = tree
     for key in path[:-1]:
         node = node.setdefault(key, {})

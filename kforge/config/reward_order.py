@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 # Lowest value of speedup - 1 that the capped speed form pays out (a kernel at half the baseline's speed or slower).
 SPEED_FLOOR = -0.5
@@ -43,7 +43,16 @@ def speed_range(form: str, cap: float) -> tuple[float, float]:
     return min(lo, 0.0), max(hi, 0.0)
 
 
-Range = Callable[[Any, bool], tuple[float, float]]  # (RewardConfig, thinking) -> lowest and highest raw value
+class RewardFields(Protocol):
+    """What this module reads of a RewardConfig, beside the weights it reads by name (the schema imports this
+    module, so the config's class is named by its fields)."""
+
+    speed_form: str
+    speed_cap: float
+    partial_credit: float
+
+
+Range = Callable[[RewardFields, bool], tuple[float, float]]  # (RewardConfig, thinking) -> lowest and highest raw value
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ def _fixed(lo: float, hi: float) -> Range:
     return lambda cfg, thinking: (lo, hi)
 
 
-def _thought(cfg: Any, thinking: bool) -> tuple[float, float]:
+def _thought(cfg: RewardFields, thinking: bool) -> tuple[float, float]:
     return (0.0, 1.0) if thinking else (0.0, 0.0)
 
 
@@ -73,7 +82,7 @@ REWARD_COMPONENTS: dict[str, Component] = {
 }
 
 
-def weights(cfg: Any) -> dict[str, float]:
+def weights(cfg: RewardFields) -> dict[str, float]:
     """Each component's weight in this RewardConfig."""
     return {name: float(getattr(cfg, c.weight)) for name, c in REWARD_COMPONENTS.items()}
 
@@ -82,7 +91,7 @@ def _span(weight: float, lo: float, hi: float) -> tuple[float, float]:
     return min(weight * lo, weight * hi), max(weight * lo, weight * hi)
 
 
-def order_margin(cfg: Any, thinking: bool) -> float:
+def order_margin(cfg: RewardFields, thinking: bool) -> float:
     """Worst score a correct kernel can get minus the best an incorrect or flagged one can get.
 
     Correct: format, compile and correctness are 1; speed anywhere in its form's range (0 when not timed);
@@ -98,7 +107,7 @@ def order_margin(cfg: Any, thinking: bool) -> float:
     return worst_correct - max(best_incorrect, weight["penalty"])
 
 
-def order_problem(cfg: Any, thinking: bool) -> str | None:
+def order_problem(cfg: RewardFields, thinking: bool) -> str | None:
     """One line saying what is wrong when the weights break the order, else None."""
     margin = order_margin(cfg, thinking)
     if margin > 0.0:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kforge.config.loader import resolve
-from kforge.config.schema import KforgeConfig
+from kforge.config.schema import DatasetConfig, KforgeConfig
 from kforge.errors import UserError
 from kforge.eval.parts import EvalParts, build_parts
 from kforge.eval.runner import EvalRun
@@ -166,7 +166,7 @@ def build_eval(req: EvalRequest) -> EvalPlan:
                     previous)
 
 
-def default_out(req: EvalRequest, target: Any, run_config: Path | None, split: str) -> Path:
+def default_out(req: EvalRequest, target: Target, run_config: Path | None, split: str) -> Path:
     """Into the run folder for a run; otherwise a name that says what was evaluated on which split."""
     if run_config is not None:
         step = re.search(r"step[_ ](\d+)", target.description)
@@ -221,7 +221,8 @@ def check_resumable(out: Path, selection: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def apply_split(selected: list, split: str, split_dataset: Any, is_run: bool) -> tuple[list, set[str]]:
+def apply_split(selected: list[Problem], split: str, split_dataset: DatasetConfig,
+                is_run: bool) -> tuple[list[Problem], set[str]]:
     """(problems of `split`, the keys the run trains on). Held out = every problem the run does not train on."""
     from kforge.problems import ProblemSourceError, training_keys
 

@@ -4,11 +4,16 @@ and GPU; and, with `--split all` on a run, the summary of each part."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
+    from kforge.eval.runner import EvalRun
+    from kforge.problems.record import Problem
 
 
-def describe(cfg: Any, split: str, selected: list, trained: set[str], devices: list[int] | None,
-             blocked: list) -> dict[str, Any]:
+def describe(cfg: KforgeConfig, split: str, selected: list[Problem], trained: set[str], devices: list[int] | None,
+             blocked: list[tuple[Problem, str]]) -> dict[str, Any]:
     from kforge.problems.kernelbench import describe_source
     from kforge.problems.sources import ProblemSourceError
 
@@ -33,7 +38,7 @@ def describe(cfg: Any, split: str, selected: list, trained: set[str], devices: l
     }
 
 
-def _baseline(cfg: Any, devices: list[int] | None) -> dict[str, Any]:
+def _baseline(cfg: KforgeConfig, devices: list[int] | None) -> dict[str, Any]:
     from importlib.metadata import version
 
     from kforge.gpus import gpu_name
@@ -63,7 +68,7 @@ def _file_hardware(path: Path) -> str | None:
         return None
 
 
-def split_summaries(meta: dict[str, Any], run: Any) -> dict[str, dict]:
+def split_summaries(meta: dict[str, Any], run: EvalRun) -> dict[str, dict]:
     """With --split all on a run: the summary of the held-out and of the training problems, added to the file."""
     from kforge.eval.report import summarize
 

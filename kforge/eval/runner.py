@@ -26,6 +26,7 @@ from kforge.problems.record import Problem
 
 if TYPE_CHECKING:
     from kforge.evaluator import EvalPool
+    from kforge.policy.records import Trajectory, Turn
 
 log = logging.getLogger("kforge.eval")
 
@@ -135,7 +136,7 @@ class EvalRun:
         done = 0
         total = len(jobs) * self.cfg.turns
 
-        def on_turn(traj: Any, turn: Any) -> None:
+        def on_turn(traj: Trajectory, turn: Turn) -> None:
             nonlocal done
             done += 1
             if self.on_progress:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kforge.evaluator.verdict import Status, Timings, Verdict
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 __all__ = ["EvalPool", "Status", "Timings", "Verdict"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[EvalPool]:
     # Imported lazily: the pool pulls in torch, and the zygote/children import this package too.
     if name == "EvalPool":
         from kforge.evaluator.pool import EvalPool

@@ -29,18 +29,22 @@ _DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "complex64", "
                      "int32", "int64", "uint8", "bool"})
 
 
+# What a read takes of the outputs: ALL (each whole), or per output a tensor of flat positions (None: whole).
+Where = str | list[torch.Tensor | None]
+
+
 class ArenaError(Exception):
     """The arena cannot hold or give back what the parent asked for."""
 
 
-def dtype_of(name: Any) -> torch.dtype:
+def dtype_of(name: object) -> torch.dtype:
     text = str(name).removeprefix("torch.")
     if text not in _DTYPES:
         raise ArenaError(f"dtype {text[:40]} cannot travel through the arena")
     return getattr(torch, text)
 
 
-def _nbytes(m: Any) -> int:
+def _nbytes(m: list[Any]) -> int:
     n = 1
     for d in m[0]:
         n *= int(d)
@@ -101,7 +105,7 @@ class Arena:
             self._populated = True
         return self._mm
 
-    def read(self, meta: list[Any], slots: list[Any], where: Any, plain: list[Any] | None = None) -> list[Any]:
+    def read(self, meta: list[Any], slots: list[Any], where: Where, plain: list[Any] | None = None) -> list[Any]:
         """Outputs as the parent sees them: whole tensors (`where` is ALL) or the values at the positions
         in `where` (one tensor of flat positions per output). Plain values come from the answer."""
         if os.fstat(self.fd).st_size < self.size:  # only an unsealed arena can shrink: never map past its end

@@ -13,6 +13,7 @@ from typing import Any
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator.arena import Arena
 from kforge.evaluator.children import CgroupFactory, Child, Slot
+from kforge.evaluator.contention import GpuActivity
 
 _SALT_LOCK = threading.Lock()
 
@@ -32,7 +33,7 @@ class PoolContext:
     work_dir: Path  # scratch folders of children (removed with the pool)
     cache_dir: Path  # kforge's cache: children never read or write it, except a CUDA build folder
     secrets: list[str]  # values redacted from anything shown
-    activity: Any = None  # a GpuActivity: who else used each device, for timed runs (training only)
+    activity: GpuActivity | None = None  # who else used each device, for timed runs (training only)
 
     def salt(self) -> str:
         """A per-cache secret: trial and timing seeds derive from it, so no candidate can know them in

@@ -8,9 +8,10 @@ exactly the overhead a candidate's calls carry (inputs, flush, copy out, pipes, 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from kforge.evaluator import protocol as P
+from kforge.evaluator.arena import Where
 from kforge.evaluator.children import Child, ProtocolViolation
 from kforge.evaluator.judge import Clock
 
@@ -31,8 +32,8 @@ def ask(child: Child, request: dict[str, Any] | None, expect: str, deadline: flo
 
 
 def trial(child: Child, k: int, seed: int, signed: bool, meta: list[Any] | None, slots: list[Any] | None,
-          where: Any, deadline: float, ablate: bool = False,
-          check: Any = None) -> tuple[dict[str, Any], list[Any] | str]:
+          where: Where, deadline: float, ablate: bool = False,
+          check: Callable[[Any, list[Any]], str] | None = None) -> tuple[dict[str, Any], list[Any] | str]:
     """One trial: the answer, and the outputs the parent read (or, as text, why it read none: `check`
     compares the answer's meta with the expected one first; no slots means nothing is read)."""
     req = {"op": P.OP_TRIAL, "id": k, "seed": seed, "signed": signed, "ablate": ablate,

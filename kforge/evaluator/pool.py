@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from kforge import gpus
 from kforge.config.paths import cache_root
@@ -28,6 +27,7 @@ from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import layers, sandbox
 from kforge.evaluator import protocol as P
 from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Slot, Zygote
+from kforge.evaluator.contention import GpuActivity
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.examine import Examination
 from kforge.evaluator.feedback import write_feedback
@@ -51,7 +51,7 @@ class EvalPool:
     """Sandboxed, concurrent candidate evaluation. Thread-safe; use as a context manager."""
 
     def __init__(self, cfg: EvaluatorConfig, devices: list[int] | None = None,
-                 cache_dir: str | Path | None = None, activity: Any = None) -> None:
+                 cache_dir: str | Path | None = None, activity: GpuActivity | None = None) -> None:
         """`activity`: a GpuActivity the trainer fills, so that a verdict says which roles shared its timed run."""
         self.cfg = cfg
         cache = Path(cache_dir) if cache_dir is not None else cache_root()
@@ -160,7 +160,7 @@ class EvalPool:
     def __enter__(self) -> "EvalPool":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property

@@ -22,6 +22,7 @@ import torch
 
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
+from kforge.evaluator.arena import Where
 from kforge.evaluator.children import Child, Slot
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import Clock, sample_positions
@@ -57,7 +58,7 @@ class Twin:
             self.child.close()
             raise TwinFailed(str(exc)[:200]) from None
 
-    def call(self, seed: int, meta: list[Any], slots: list[Any], where: Any, deadline: float) -> tuple[Clock, list[Any]]:
+    def call(self, seed: int, meta: list[Any], slots: list[Any], where: Where, deadline: float) -> tuple[Clock, list[Any]]:
         try:
             clock, got = drive.timed_calls(self.child, [seed], meta, slots, [where], deadline)
         except Exception as exc:  # noqa: BLE001 - as above

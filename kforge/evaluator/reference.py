@@ -31,7 +31,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -107,7 +107,7 @@ def timed_call_count(calls: int, meta: list[Any], output_gb: float) -> int:
 class ReferenceCache:
     """Reference results per (problem, trial plan, device), in memory and on disk."""
 
-    def __init__(self, ctx: PoolContext, clock: Any = time.monotonic) -> None:
+    def __init__(self, ctx: PoolContext, clock: Callable[[], float] = time.monotonic) -> None:
         self.ctx = ctx
         self.clock = clock
         self._mem: dict[tuple[str, str], Reference] = {}

@@ -43,7 +43,7 @@ def wants_profile(v: Verdict, every: bool = True, finished: bool = False) -> boo
             and (every or finished))
 
 
-def _share(reported: Any) -> float | None:
+def _share(reported: object) -> float | None:
     """A profiled call's share of GPU time as the child reported it: a number in [0, 1], else not measured."""
     return float(reported) if isinstance(reported, (int, float)) and 0.0 <= reported <= 1.0 else None
 

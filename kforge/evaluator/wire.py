@@ -41,7 +41,7 @@ def send_frame(fd: int, payload: bytes) -> None:
     _write_all(fd, _HEADER.pack(len(payload)) + payload)
 
 
-def send_pickle(fd: int, obj: Any) -> None:
+def send_pickle(fd: int, obj: object) -> None:
     send_frame(fd, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -50,14 +50,14 @@ def send_pickle(fd: int, obj: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def encode(obj: Any) -> bytes:
+def encode(obj: object) -> bytes:
     """A message with tensors anywhere inside lists/dicts (CPU copies are made here)."""
     import torch
 
     blobs: list[bytes] = []
     metas: list[dict[str, Any]] = []
 
-    def walk(x: Any) -> Any:
+    def walk(x: object) -> object:
         if isinstance(x, torch.Tensor):
             t = x.detach().to("cpu").contiguous()
             name = str(t.dtype).removeprefix("torch.")
@@ -80,14 +80,14 @@ def encode(obj: Any) -> bytes:
     return _SPLIT.pack(len(body)) + body + b"".join(blobs)
 
 
-def send_message(fd: int, obj: Any) -> None:
+def send_message(fd: int, obj: object) -> None:
     send_frame(fd, encode(obj))
 
 
 MAX_DIM = 1 << 40  # no real output has a dimension this long; bigger ones are forged
 
 
-def decode(payload: bytes) -> Any:
+def decode(payload: bytes) -> Any:  # noqa: ANN401  a message: JSON values and tensors, read by key
     """Inverse of `encode`; raises WireError on anything malformed, and on nothing else (a forged frame
     must end as a protocol violation, never as an exception in the parent)."""
     try:
@@ -98,7 +98,7 @@ def decode(payload: bytes) -> Any:
         raise WireError(f"malformed message ({type(exc).__name__})") from None
 
 
-def _decode(payload: bytes) -> Any:
+def _decode(payload: bytes) -> Any:  # noqa: ANN401  as `decode`
     import torch
 
     try:
@@ -110,7 +110,7 @@ def _decode(payload: bytes) -> Any:
     if not isinstance(metas, list):
         raise WireError("malformed tensor table")
     offset = _SPLIT.size + n
-    tensors: list[Any] = []
+    tensors: list[torch.Tensor] = []
     for meta in metas:
         try:
             dtype = getattr(torch, meta["dtype"]) if meta["dtype"] in _DTYPES else None
@@ -134,7 +134,7 @@ def _decode(payload: bytes) -> Any:
             tensors.append(torch.empty(shape, dtype=dtype))
         offset += size
 
-    def walk(x: Any) -> Any:
+    def walk(x: object) -> object:
         if isinstance(x, dict):
             if set(x) == {"__t__"}:
                 i = x["__t__"]
@@ -186,7 +186,7 @@ class FrameReader:
         return payload
 
 
-def read_pickle_blocking(fd: int) -> Any:
+def read_pickle_blocking(fd: int) -> Any:  # noqa: ANN401  the parent's message, read by key
     """Child side: read one parent message (blocking)."""
     def exact(n: int) -> bytes:
         out = bytearray()

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kforge.problems import baseline as baseline_file
 from kforge.problems.record import Problem
+
+if TYPE_CHECKING:
+    from kforge.evaluator import EvalPool
 
 
 def default_path(hardware: str, mode: str) -> Path:
@@ -17,7 +20,7 @@ def default_path(hardware: str, mode: str) -> Path:
     return Path("baselines") / _safe(hardware) / baseline_file.default_filename(mode)
 
 
-def time_references(pool: Any, problems: Sequence[Problem], mode: str, doc: dict[str, Any], path: Path,
+def time_references(pool: EvalPool, problems: Sequence[Problem], mode: str, doc: dict[str, Any], path: Path,
                     device: int, each: Callable[[Problem, float | None, str | None], None]) -> list[str]:
     """Time each reference (`mode`: eager or compile) on the pool's GPU `device` into `doc`, the file at `path`
     as `baseline_file.load` read it (an existing file is extended); `each(problem, mean_ms, why)` is told of

@@ -4,9 +4,12 @@ its judge would refuse."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from kforge.problems.record import Problem
+
+if TYPE_CHECKING:
+    from kforge.evaluator import EvalPool, Verdict
 
 
 def problems_of(rows: list[dict], source: str) -> list[Problem]:
@@ -14,7 +17,8 @@ def problems_of(rows: list[dict], source: str) -> list[Problem]:
     return [Problem.from_dict({**row, "source": source}) for row in rows]
 
 
-def judge_solutions(pool: Any, problems: list[Problem], each: Callable[[Problem, Any], None]) -> list[tuple[Problem, Any]]:
+def judge_solutions(pool: EvalPool, problems: list[Problem],
+                    each: Callable[[Problem, Verdict], None]) -> list[tuple[Problem, Verdict]]:
     """Submit every problem's solution to `pool` at once (timing off) and return the (problem, verdict) of the
     ones it does not accept, in key order; `each(problem, verdict)` hears of every verdict as it is read."""
     futures = [(p, pool.submit(p, p.solution or "", "triton", measure=False)) for p in problems]

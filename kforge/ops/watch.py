@@ -103,7 +103,7 @@ def _hms(seconds: float | None) -> str:
     return str(dt.timedelta(seconds=int(seconds)))
 
 
-def _num(value: Any) -> str:
+def _num(value: object) -> str:
     if not isinstance(value, (int, float)):
         return "-"
     return f"{value:.2e}" if value and abs(value) < 1e-3 else f"{value:.4g}"

@@ -17,6 +17,8 @@ from kforge.policy.examples import Example, ExampleRetriever
 from kforge.problems.record import Problem
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from kforge.config.schema import KforgeConfig
 
 FEW_SHOT_K = 3
@@ -175,7 +177,7 @@ class PromptBuilder:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         option: str = "one_shot",
         backend: str = "triton",
@@ -215,7 +217,7 @@ class PromptBuilder:
     def from_config(
         cls,
         cfg: "KforgeConfig",
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         retriever: ExampleRetriever | None = None,
         examples: list[Example] | None = None,
     ) -> "PromptBuilder":

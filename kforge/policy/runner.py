@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import time
 from collections import OrderedDict
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -21,9 +22,9 @@ from kforge.evaluator.verdict import Verdict
 from kforge.policy.episode import OnTurn, run_episodes
 from kforge.policy.examples import ExampleRetriever
 from kforge.policy.prompts import PromptBuilder
-from kforge.policy.records import Trajectory
+from kforge.policy.records import Trajectory, Turn
 from kforge.problems.record import Problem
-from kforge.rollout.base import GenerationRequest, OnCompletion
+from kforge.rollout.base import Completion, GenerationRequest, OnCompletion, RolloutBackend
 
 if TYPE_CHECKING:
     from kforge.config.schema import KforgeConfig
@@ -102,19 +103,19 @@ class VerdictCache:
 
 @dataclass
 class EpisodeRunner:
-    backend: Any  # RolloutBackend
+    backend: RolloutBackend
     builder: PromptBuilder
     judge: JudgeFn
     cfg: "KforgeConfig"
     cache: VerdictCache | None = field(default_factory=VerdictCache)
     inflight: InFlight = field(default_factory=InFlight)
     # Entered around every engine call (training: marks the rollout GPUs busy for timed runs to see).
-    engine_busy: Callable[[], Any] = contextlib.nullcontext
+    engine_busy: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
     # Awaited around every engine call (continuous rollouts: `EngineGate.passage`, shut during a colocated step).
-    engine_gate: Callable[[], Any] = contextlib.nullcontext
+    engine_gate: Callable[[], AbstractAsyncContextManager[object]] = contextlib.nullcontext
 
     @classmethod
-    def from_config(cls, cfg: "KforgeConfig", backend: Any, judge: JudgeFn,
+    def from_config(cls, cfg: "KforgeConfig", backend: RolloutBackend, judge: JudgeFn,
                     retriever: ExampleRetriever | None = None, cache: bool = True) -> "EpisodeRunner":
         """The runner of training rollouts, held-out evaluation and `kforge eval`: prompts as the config asks
         (with `retriever` for prompt_option=raicl: `kforge.rag.retriever_for`), `judge` (the eval pool's
@@ -127,7 +128,7 @@ class EpisodeRunner:
         """One trajectory per (problem, group index) job, in job order, with this phase's statistics."""
         stats = RolloutStats()
         t0 = time.time()
-        def turn_done(trajectory: Trajectory, turn: Any) -> None:
+        def turn_done(trajectory: Trajectory, turn: Turn) -> None:
             self.inflight.turns_done += 1
             if on_turn is not None:
                 on_turn(trajectory, turn)
@@ -170,18 +171,19 @@ class EpisodeRunner:
 class _Timed:
     """The rollout backend with the time spent in engine calls added to one phase's statistics."""
 
-    def __init__(self, backend: Any, stats: RolloutStats, inflight: InFlight,
-                 busy: Callable[[], Any] = contextlib.nullcontext, gate: Callable[[], Any] = contextlib.nullcontext) -> None:
+    def __init__(self, backend: RolloutBackend, stats: RolloutStats, inflight: InFlight,
+                 busy: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+                 gate: Callable[[], AbstractAsyncContextManager[object]] = contextlib.nullcontext) -> None:
         self._backend, self._stats, self._inflight, self._busy, self._gate = backend, stats, inflight, busy, gate
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401  the backend's own attribute, as it is
         return getattr(self._backend, name)
 
-    async def agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None = None) -> Any:
+    async def agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None = None) -> list[Completion]:
         async with self._gate():
             return await self._agenerate(requests, on_completion)
 
-    async def _agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None) -> Any:
+    async def _agenerate(self, requests: list[GenerationRequest], on_completion: OnCompletion | None) -> list[Completion]:
         t0 = time.time()
         self._inflight.generations += len(requests)
         try:

@@ -23,9 +23,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from kforge.problems.record import Problem
+
+if TYPE_CHECKING:
+    import torch
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -88,7 +91,7 @@ def _check_one(problem: Problem, device: str, seeds: Sequence[int], scratch: Pat
 
 def _compare_once(
     reference: ModuleType, solution: ModuleType, device: str, seed: int, result: SolutionCheck, launches: dict
-) -> Any:
+) -> torch.Tensor:
     import torch
 
     torch.manual_seed(seed)
@@ -147,7 +150,7 @@ def _count_launches(module: ModuleType) -> dict:
 
     launches = {"count": 0}
 
-    def hook(*args: Any, **kwargs: Any) -> None:
+    def hook(*args: object, **kwargs: object) -> None:
         launches["count"] += 1
 
     for value in vars(module).values():

@@ -155,7 +155,7 @@ def level_dirs(base: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _problem_from_row(row: Any, source: str, where: str) -> Problem:
+def _problem_from_row(row: object, source: str, where: str) -> Problem:
     if not isinstance(row, dict):
         raise ProblemSourceError(f"{where}: expected a JSON object with {', '.join(_REQUIRED_FIELDS)}")
     missing = [name for name in _REQUIRED_FIELDS if row.get(name) is None]

@@ -298,7 +298,7 @@ def _entry_from_row(row: dict[str, Any], default_source: str) -> tuple[str, Corp
     )
 
 
-def _as_float(value: Any) -> float:
+def _as_float(value: object) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):

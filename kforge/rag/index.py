@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from kforge.rag.corpus import CorpusEntry
 from kforge.rag.embed import _require
 from kforge.rag.errors import RagError
 from kforge.rag.manifest import MANIFEST_FILE, read_manifest, write_manifest
+
+if TYPE_CHECKING:
+    import faiss
 
 INDEX_FILE = "index.faiss"
 ENTRIES_FILE = "entries.jsonl"
@@ -33,7 +36,7 @@ HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
 
 
-def make_index(vectors: np.ndarray, hnsw: bool | None = None) -> Any:
+def make_index(vectors: np.ndarray, hnsw: bool | None = None) -> faiss.Index:
     """A FAISS index holding `vectors` (unit rows): flat inner product, or HNSW when asked or large."""
     faiss = _require("faiss", "the RAG index")
     dim = int(vectors.shape[1])
@@ -49,11 +52,11 @@ def make_index(vectors: np.ndarray, hnsw: bool | None = None) -> Any:
     return index
 
 
-def index_type(index: Any) -> str:
+def index_type(index: faiss.Index) -> str:
     return "hnsw" if hasattr(index, "hnsw") else "flat"
 
 
-def save_index(out_dir: Path, index: Any, entries: list[CorpusEntry], manifest: dict[str, Any]) -> None:
+def save_index(out_dir: Path, index: faiss.Index, entries: list[CorpusEntry], manifest: dict[str, Any]) -> None:
     """Write the three files; each goes to a temporary name first and the manifest is replaced last, so a
     crash never leaves a manifest that describes files it does not match."""
     faiss = _require("faiss", "the RAG index")
@@ -77,7 +80,7 @@ def save_index(out_dir: Path, index: Any, entries: list[CorpusEntry], manifest: 
 class StoredIndex:
     folder: Path
     manifest: dict[str, Any]
-    index: Any
+    index: faiss.Index
     entries: list[CorpusEntry]
 
     @property

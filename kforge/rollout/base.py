@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from kforge.config.schema import KforgeConfig
 
 
@@ -39,7 +41,7 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def key(self) -> tuple[Any, ...]:
+    def key(self) -> tuple[int, float, float, int, tuple[str, ...]]:
         """Requests with equal keys can share one batched call of an engine that takes one setting."""
         return (self.max_tokens, self.temperature, self.top_p, self.top_k, tuple(self.stop))
 
@@ -65,7 +67,7 @@ OnCompletion = Callable[[int, Completion], None]
 
 @runtime_checkable
 class RolloutBackend(Protocol):
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     # True: the engine schedules requests itself, so `agenerate` may be called again while earlier calls
     # run (vLLM takes requests one by one). False: one call at a time; callers batch what is ready.
     concurrent: bool

@@ -7,7 +7,7 @@ Backends import `kforge.rollout.base`; this module imports the backends. Keeping
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from kforge.rollout.base import BackendError, RolloutBackend
 
@@ -40,7 +40,7 @@ def choose_backend(requested: str) -> str:
 
 
 def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, tensor_parallel: int | None = None,
-                 **kwargs: Any) -> RolloutBackend:
+                 **kwargs: object) -> RolloutBackend:
     """The configured backend on `devices`: logical GPU indices as this process sees them (the vLLM worker
     maps them to physical ids through `kforge.gpus` for its own CUDA_VISIBLE_DEVICES). None: the hf backend
     takes GPU 0 when there is one, the vLLM worker the GPUs this process sees. With `tensor_parallel` GPUs
@@ -62,7 +62,8 @@ def make_backend(cfg: "KforgeConfig", devices: list[int] | None = None, tensor_p
     return HFBackend.from_config(cfg, devices, **kwargs)
 
 
-def _replicas(start: Any, cfg: "KforgeConfig", devices: list[int], tp: int, kwargs: dict[str, Any]) -> RolloutBackend:
+def _replicas(start: Callable[..., RolloutBackend], cfg: "KforgeConfig", devices: list[int], tp: int,
+              kwargs: dict[str, Any]) -> RolloutBackend:
     """One engine per `tp` devices, started at once (each takes minutes); a failed start closes the others.
     A replica that dies later is started again alone, on its own devices (`Replicas`)."""
     import concurrent.futures as cf
@@ -71,7 +72,7 @@ def _replicas(start: Any, cfg: "KforgeConfig", devices: list[int], tp: int, kwar
 
     groups = [devices[i:i + tp] for i in range(0, len(devices), tp)]
 
-    def one(k: int) -> Any:
+    def one(k: int) -> RolloutBackend:
         log = kwargs.get("log_path")
         own = {**kwargs, "log_path": f"{log.removesuffix('.log')}.replica{k}.log"} if log and k else kwargs
         return start(cfg, groups[k], **own)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kforge.modelio import peft_wrapping
 from kforge.rollout.base import (
@@ -32,6 +32,13 @@ from kforge.rollout.base import (
 )
 from kforge.rollout.logprobs import process_logits
 
+if TYPE_CHECKING:
+    import torch
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from kforge.config.schema import KforgeConfig
+
 
 class HFBackend(BackendDefaults):
     """`RolloutBackend` over a transformers causal LM."""
@@ -40,8 +47,8 @@ class HFBackend(BackendDefaults):
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel | PeftModel,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         batch_size: int = 8,
         device: str | None = None,
@@ -66,7 +73,8 @@ class HFBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, batch_size: int = 8, live_weights: bool | None = None) -> "HFBackend":
+    def from_model(cls, model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 8,
+                   live_weights: bool | None = None) -> "HFBackend":
         """Share an in-process model (the tiny CPU mode: learner and rollouts use one copy). When the model is
         already a PEFT model, its adapter weights are taken as live unless `live_weights=False`."""
         if live_weights is None:
@@ -74,7 +82,7 @@ class HFBackend(BackendDefaults):
         return cls(model, tokenizer, batch_size=batch_size, owns_model=False, live_weights=live_weights)
 
     @classmethod
-    def from_config(cls, cfg: Any, devices: list[int] | None = None, **kwargs: Any) -> "HFBackend":
+    def from_config(cls, cfg: KforgeConfig, devices: list[int] | None = None, **kwargs: bool) -> "HFBackend":
         from kforge.modelio import load_causal_lm, load_tokenizer, resolve_model
 
         device = _pick_device(devices)
@@ -112,7 +120,7 @@ class HFBackend(BackendDefaults):
     def _batches(self, requests: list[GenerationRequest]) -> list[tuple[list[int], list[GenerationRequest]]]:
         """Requests grouped by sampling settings (one generate call takes one setting), sorted by prompt
         length inside a group so that left padding stays small, cut into batches of `batch_size`."""
-        groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+        groups: dict[tuple[int, float, float, int, tuple[str, ...]], list[int]] = defaultdict(list)
         for i, req in enumerate(requests):
             groups[req.sampling.key()].append(i)
         batches = []
@@ -265,12 +273,12 @@ class _SampleProcessor:
 
     def __init__(self, params: SamplingParams, row_seeds: list[int | None] | None = None) -> None:
         self.params = params
-        self.prev_logp: Any = None
-        self.values: list[Any] = []
+        self.prev_logp: torch.Tensor | None = None
+        self.values: list[torch.Tensor] = []
         self.row_seeds = row_seeds
-        self._generators: list[Any] | None = None
+        self._generators: list[torch.Generator] | None = None
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.prev_logp is not None:
             self.values.append(self.prev_logp.gather(-1, input_ids[:, -1:]).squeeze(-1))
         processed = process_logits(scores, self.params.temperature, self.params.top_k, self.params.top_p)
@@ -279,7 +287,7 @@ class _SampleProcessor:
             return processed
         return self._pick_per_row(processed)
 
-    def _pick_per_row(self, processed: Any) -> Any:
+    def _pick_per_row(self, processed: torch.Tensor) -> torch.Tensor:
         """Sample each row from its own seeded generator; the returned scores leave generate() one choice."""
         import torch
 
@@ -292,7 +300,7 @@ class _SampleProcessor:
         forced[rows, torch.tensor(picks, device=processed.device)] = 0.0
         return forced
 
-    def finish(self, generated: Any) -> Any:
+    def finish(self, generated: torch.Tensor) -> torch.Tensor:
         """`(batch, steps)` log-probs aligned with the generated tokens."""
         import torch
 
@@ -311,18 +319,19 @@ class _StopTracker:
     stopped are padded afterwards, and the pad token may equal EOS, so the sequences alone cannot tell).
     EOS is checked on the device without a sync; stop strings need the text, so they cost one sync a step."""
 
-    def __init__(self, tokenizer: Any, eos_ids: set[int], stop: list[str], prompt_width: int, batch: int) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, eos_ids: set[int], stop: list[str], prompt_width: int,
+                 batch: int) -> None:
         self.tokenizer = tokenizer
         self.eos_ids = sorted(eos_ids)
         self.stop = [s for s in stop if s]
         self.width = prompt_width
         self.batch = batch
-        self._ended: Any = None  # (batch,) generated length at the end, -1 while running
-        self._eos: Any = None
+        self._ended: torch.Tensor | None = None  # (batch,) generated length at the end, -1 while running
+        self._eos: torch.Tensor | None = None
         # Tokens are at least one character in practice, so a stop string fits in this many last tokens.
         self.tail = max((len(s) for s in self.stop), default=0) + 2
 
-    def __call__(self, input_ids: Any, scores: Any = None, **kwargs: Any) -> Any:
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
         import torch
 
         if self._ended is None:
@@ -348,7 +357,7 @@ class _StopTracker:
         return [None if v < 0 else int(v) for v in self._ended.tolist()]
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def _eos_ids(model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     ids: set[int] = set()
     config = getattr(model, "generation_config", None)
     value = getattr(config, "eos_token_id", None) if config is not None else None
@@ -363,7 +372,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def _is_peft(model: Any) -> bool:
+def _is_peft(model: object) -> bool:
     try:
         from peft import PeftModel
     except ImportError:

@@ -9,10 +9,13 @@ sampling settings to get log-probs comparable with the engine's (importance-samp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
-def process_logits(logits: Any, temperature: float, top_k: int = -1, top_p: float = 1.0) -> Any:
+def process_logits(logits: torch.Tensor, temperature: float, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
     """float32 scores `(..., vocab)` with truncated entries at -inf."""
     import torch
 
@@ -33,7 +36,8 @@ def process_logits(logits: Any, temperature: float, top_k: int = -1, top_p: floa
     return scores
 
 
-def sampled_logprobs(logits: Any, token_ids: Any, temperature: float, top_k: int = -1, top_p: float = 1.0) -> Any:
+def sampled_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, top_k: int = -1,
+                     top_p: float = 1.0) -> torch.Tensor:
     """log p(token) under the processed distribution; `logits` `(..., vocab)`, `token_ids` `(...)`."""
     scores = process_logits(logits, temperature, top_k, top_p)
     logp = scores.log_softmax(dim=-1)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
-from kforge.rollout.base import Completion, GenerationRequest
+from kforge.rollout.base import Completion, GenerationRequest, RolloutBackend
 
 
 class GenerationQueue:
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: RolloutBackend) -> None:
         self.backend = backend
         self._waiting: list[tuple[GenerationRequest, asyncio.Future]] = []
         self._drain: asyncio.Task | None = None

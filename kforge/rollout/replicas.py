@@ -30,9 +30,16 @@ import collections
 import concurrent.futures as cf
 import logging
 import threading
-from typing import Any, Callable
+from typing import Callable
 
-from kforge.rollout.base import BackendDefaults, BackendError, Completion, GenerationRequest, OnCompletion
+from kforge.rollout.base import (
+    BackendDefaults,
+    BackendError,
+    Completion,
+    GenerationRequest,
+    OnCompletion,
+    RolloutBackend,
+)
 
 log = logging.getLogger("kforge.rollout")
 
@@ -54,7 +61,8 @@ class RequestFailed(BackendError):
 class Replicas(BackendDefaults):
     concurrent = True
 
-    def __init__(self, replicas: list[Any], start: Callable[[int], Any] | None = None, max_failures: int = 2) -> None:
+    def __init__(self, replicas: list[RolloutBackend], start: Callable[[int], RolloutBackend] | None = None,
+                 max_failures: int = 2) -> None:
         """`start(k)`: a fresh engine on replica k's GPUs (None: a failed replica is taken out at once)."""
         if not replicas:
             raise ValueError("data-parallel rollout needs at least one engine")
@@ -99,7 +107,7 @@ class Replicas(BackendDefaults):
         self._routes[route] = k = min(live, key=lambda i: (load[i], i))
         return k
 
-    async def _pick(self, route: str) -> tuple[int, Any]:
+    async def _pick(self, route: str) -> tuple[int, RolloutBackend]:
         """A live replica for the route, waiting for one that is restarting when none is live."""
         while True:
             with self._lock:
@@ -147,7 +155,7 @@ class Replicas(BackendDefaults):
                 refused = exc
 
     # ------------------------------------------------------------------ failures and restarts
-    def _failed(self, k: int, engine: Any, exc: BaseException | None) -> bool:
+    def _failed(self, k: int, engine: RolloutBackend, exc: BaseException | None) -> bool:
         """Replica k (`engine`) raised `exc`. True when it is down (then it is restarting or out), False when
         it is alive (the error was the request's or the call's own)."""
         if exc is not None and engine.alive():
@@ -168,7 +176,7 @@ class Replicas(BackendDefaults):
             self._take_out(k, engine, why)
         return True
 
-    def _take_out(self, k: int, engine: Any, why: str) -> None:
+    def _take_out(self, k: int, engine: RolloutBackend | None, why: str) -> None:
         with self._lock:
             self.state[k] = OUT
             left = len(self._live()) + self.state.count(RESTARTING)
@@ -180,7 +188,7 @@ class Replicas(BackendDefaults):
         if engine is not None:
             threading.Thread(target=_close_quietly, args=(engine,), daemon=True).start()
 
-    def _bring_up(self, k: int, dead: Any) -> None:
+    def _bring_up(self, k: int, dead: RolloutBackend) -> None:
         """Replica k again: the dead engine closed (its GPU memory freed), a fresh one started, given the
         latest adapter (and put to sleep when the others sleep), then live."""
         _close_quietly(dead)
@@ -230,7 +238,7 @@ class Replicas(BackendDefaults):
             return self._changed.wait_for(lambda: RESTARTING not in self.state, timeout_s)
 
     # ------------------------------------------------------------------ every replica
-    def _every(self, targets: list[tuple[int, Any]], method: str, *args: Any) -> None:
+    def _every(self, targets: list[tuple[int, RolloutBackend]], method: str, *args: str | int) -> None:
         """The call on every live replica at once (an adapter load takes seconds per engine). A replica
         that is down meanwhile is restarted or taken out; the first error of a live one raises."""
         futures = [(k, e, self._fan.submit(getattr(e, method), *args)) for k, e in targets]
@@ -244,7 +252,7 @@ class Replicas(BackendDefaults):
         if error is not None:
             raise error
 
-    def _set(self, **state: Any) -> list[tuple[int, Any]]:
+    def _set(self, **state: tuple[str, int] | bool) -> list[tuple[int, RolloutBackend]]:
         """Record what a restarted replica must match and name the live replicas, in one step."""
         with self._lock:
             for name, value in state.items():
@@ -271,7 +279,7 @@ class Replicas(BackendDefaults):
         self._fan.shutdown(wait=False)
 
 
-def _close_quietly(engine: Any) -> None:
+def _close_quietly(engine: RolloutBackend) -> None:
     try:
         engine.close()
     except Exception as exc:  # a dead worker: closing is best effort

@@ -30,6 +30,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,10 @@ from kforge.rollout.base import BackendDefaults, BackendError, Completion, Gener
 from kforge.served import ENV_LOCK, ServedError, ServedProcess
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from vllm.lora.request import LoRARequest
+
+    from kforge.config.schema import KforgeConfig
     from kforge.modelio import ModelRef
 
 DEFAULT_ENGINE = "kforge.rollout.vllm_worker:VLLMEngine"
@@ -48,7 +53,7 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 class VLLMEngine:
     """Thin wrapper over vLLM's async engine, constructed inside the worker process (in its event loop)."""
 
-    def __init__(self, **engine_kwargs: Any) -> None:
+    def __init__(self, **engine_kwargs: object) -> None:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -90,7 +95,7 @@ class VLLMEngine:
                 "finish_reason": "length" if o.finish_reason == "length" else "stop"}
 
     @staticmethod
-    def _lora_request(lora: tuple[str, int, str] | None) -> Any:
+    def _lora_request(lora: tuple[str, int, str] | None) -> LoRARequest | None:
         if lora is None:
             return None
         from vllm.lora.request import LoRARequest
@@ -122,7 +127,7 @@ class VLLMEngine:
         self.engine.shutdown()
 
 
-def sampled_logprobs_of(token_ids: list[int], logprobs: Any) -> list[float]:
+def sampled_logprobs_of(token_ids: list[int], logprobs: Sequence[Mapping[int, object]] | None) -> list[float]:
     """The sampled tokens' log-probs from a vLLM CompletionOutput.logprobs (a list with one {token id:
     Logprob} mapping per position; with logprobs=0 each holds just the sampled token)."""
     if logprobs is None:
@@ -151,7 +156,7 @@ def lora_rank_for(rank: int) -> int:
     raise BackendError(f"lora.rank={rank} is above vLLM's largest max_lora_rank {ranks[-1]}")
 
 
-def engine_kwargs_from_config(cfg: Any, devices: list[int] | None, ref: "ModelRef") -> dict[str, Any]:
+def engine_kwargs_from_config(cfg: KforgeConfig, devices: list[int] | None, ref: "ModelRef") -> dict[str, Any]:
     """The engine's arguments for the model `ref` (the config's model, resolved by the caller)."""
     model = str(Path(ref.path) / ref.gguf_file) if ref.gguf_file else ref.path
     kwargs: dict[str, Any] = dict(
@@ -203,7 +208,7 @@ class VLLMBackend(BackendDefaults):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         engine_kwargs: dict[str, Any],
         *,
         devices: list[int] | None = None,
@@ -241,8 +246,8 @@ class VLLMBackend(BackendDefaults):
         atexit.register(self.close)
 
     @classmethod
-    def from_config(cls, cfg: Any, devices: list[int] | None = None, ref: "ModelRef | None" = None,
-                    **kwargs: Any) -> "VLLMBackend":
+    def from_config(cls, cfg: KforgeConfig, devices: list[int] | None = None, ref: "ModelRef | None" = None,
+                    **kwargs: object) -> "VLLMBackend":
         """The engine of `cfg` on `devices`. The model is resolved once (here, or by the caller that starts
         several engines: `ref`), and the tokenizer and the engine read that one folder."""
         from kforge.modelio import load_tokenizer, resolve_model
@@ -255,7 +260,7 @@ class VLLMBackend(BackendDefaults):
         kwargs.setdefault("request_timeout_s", cfg.rollout.request_timeout_s)
         return cls(tokenizer, engine_kwargs, devices=devices, **kwargs)
 
-    def _call(self, op: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+    def _call(self, op: str, timeout_s: float | None = None, **kwargs: object) -> object:
         if self._closed:
             raise BackendError(f"vLLM backend is closed ({op})")
         try:

@@ -13,7 +13,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import psutil
 
@@ -104,7 +104,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _json_default(obj: Any) -> Any:
+def _json_default(obj: object) -> object:
     if hasattr(obj, "item"):
         return obj.item()
     if isinstance(obj, Path):
@@ -169,7 +169,7 @@ class RunFolder:
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
 
-    def set_status(self, status: str, **extra: Any) -> None:
+    def set_status(self, status: str, **extra: object) -> None:
         current = self.read_status()
         now = time.time()
         record = {**current, **extra, "status": status, "updated": now}
@@ -274,7 +274,7 @@ class RunFolder:
         return out
 
     # -- checkpoints: the layout lives here; the trainer, export and eval ask for paths ---------------
-    def write_checkpoint(self, step: int, write_learner: Any, state: dict[str, Any], reason: str) -> Path:
+    def write_checkpoint(self, step: int, write_learner: Callable[[Path], object], state: dict[str, Any], reason: str) -> Path:
         """`write_learner(folder)` plus the trainer state into a temp folder, renamed into place only when
         complete (a kill -9 never leaves half a checkpoint), then recorded in checkpoints.jsonl."""
         root = self.path / CHECKPOINTS_DIR

@@ -23,9 +23,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from kforge.rollout.base import BackendError
+from kforge.rollout.base import BackendError, RolloutBackend
+
+if TYPE_CHECKING:
+    from kforge.train.parts import Parts
 
 log = logging.getLogger("kforge.train")
 
@@ -33,7 +36,7 @@ log = logging.getLogger("kforge.train")
 class RolloutEngine:
     """The trainer's hold on its rollout backend between generate calls (hand-overs, sleep, wake, restarts)."""
 
-    def __init__(self, parts: Any) -> None:
+    def __init__(self, parts: Parts) -> None:
         self.parts = parts  # the trainer's Parts: `parts.runner.backend` is the one reference a restart replaces
         self.restarts = 0  # whole-backend restarts (data-parallel replicas count their own)
         self.given: tuple[str, int] | None = None  # the last adapter handed over: what a fresh engine loads
@@ -84,7 +87,7 @@ class RolloutEngine:
         with self.lock:
             pass
 
-    def _or_restart(self, method: str, *args: Any) -> None:
+    def _or_restart(self, method: str, *args: str | int) -> None:
         try:
             getattr(self.parts.backend, method)(*args)
         except BackendError as exc:
@@ -107,7 +110,7 @@ class RolloutEngine:
             parts.backend.load_adapter(*self.given)
 
 
-def _dead(backend: Any) -> bool:
+def _dead(backend: RolloutBackend) -> bool:
     """The engine says its worker is gone (a backend that cannot tell, or a router of replicas that restart on
     their own, answers alive: its error is raised)."""
     return backend.alive() is False

@@ -15,11 +15,18 @@ adapters and checkpoints (every rank holds the same weights). A rank that fails 
 from __future__ import annotations
 
 import concurrent.futures as cf
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kforge.gpus import child_visible_devices
 from kforge.rollout.base import SamplingParams
 from kforge.served import ServedError, ServedProcess
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from kforge.config.schema import KforgeConfig
+    from kforge.credit.samples import Sample
+    from kforge.learner.recompute import Choice
 
 DEFAULT_FACTORY = "kforge.train.learner_proc:LearnerService"
 
@@ -44,17 +51,18 @@ class LearnerService:
         self.learner = Learner(cfg, device=device, model=model, tokenizer=tokenizer, total_steps=total_steps,
                                sampling=sampling, ranks=ranks, reserve_gib=reserve_gib)
 
-    def base_model(self, cfg: Any, device: str) -> tuple[Any, Any]:
+    def base_model(self, cfg: KforgeConfig,
+                   device: str) -> tuple[PreTrainedModel | None, PreTrainedTokenizerBase | None]:
         """(model, tokenizer) to train, or (None, None): the Learner loads `cfg.model` itself."""
         return None, None
 
     def version(self) -> int:
         return int(self.learner.version)
 
-    def recompute(self) -> Any:
+    def recompute(self) -> Choice | None:
         return self.learner.recompute
 
-    def train_step(self, samples: list[Any]) -> tuple[dict[str, float], int]:
+    def train_step(self, samples: list[Sample]) -> tuple[dict[str, float], int]:
         # Out-of-memory handling (smaller micro-batches) lives inside Learner.train_step.
         return self.learner.train_step(samples), int(self.learner.version)
 
@@ -75,7 +83,7 @@ class LearnerService:
 class LearnerProcess:
     """The Learner's interface (train_step, save_adapter, save/load_checkpoint, version) over its processes."""
 
-    def __init__(self, cfg: Any, devices: list[int], total_steps: int | None = None,
+    def __init__(self, cfg: KforgeConfig, devices: list[int], total_steps: int | None = None,
                  sampling: SamplingParams | None = None, *, factory: str = DEFAULT_FACTORY,
                  factory_kwargs: dict[str, Any] | None = None, log_path: str | None = None,
                  start_timeout_s: float = 1800.0, cpu_ranks: int = 1, reserve_gib: float = 0.0) -> None:
@@ -119,13 +127,13 @@ class LearnerProcess:
         # The learner's recompute choice (kforge.learner.recompute.Choice, None without checkpointing), for the log.
         self.recompute = self._call("recompute")
 
-    def _call(self, method: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, **kwargs: object) -> Any:  # noqa: ANN401  the learner's answer: what its method returns
         try:
             return self._procs[0].call(method, timeout_s=self.timeout_s, **kwargs)
         except ServedError as exc:
             raise LearnerDied(str(exc)) from None
 
-    def _call_all(self, method: str, **kwargs: Any) -> Any:
+    def _call_all(self, method: str, **kwargs: object) -> Any:  # noqa: ANN401  the learner's answer: what its method returns
         """The call on every rank at once (they meet in collectives); rank 0's answer. The first rank to
         fail fails the call: the others would wait for it in a collective until their deadline."""
         if len(self._procs) == 1:
@@ -137,7 +145,7 @@ class LearnerProcess:
                 raise LearnerDied(str(fut.exception())) from None
         return futs[0].result()
 
-    def train_step(self, samples: list[Any]) -> dict[str, float]:
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
         metrics, self._version = self._call_all("train_step", samples=samples)
         return metrics
 

@@ -14,7 +14,7 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kforge.config.loader import ResolvedConfig, config_changes, resolve, to_yaml
 from kforge.config.schema import KforgeConfig
@@ -22,6 +22,9 @@ from kforge.errors import UserError
 from kforge.runs.folder import CHECKPOINTS_FILE, METRICS_FILE, RunFolder, drop_torn_line, find_run
 from kforge.space import check_writable, run_write_failure, write_failure
 from kforge.train.placement import Plan
+
+if TYPE_CHECKING:
+    from kforge.train.trainer import Trainer
 
 log = logging.getLogger("kforge.train")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -134,7 +137,7 @@ class Outcome:
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM rather than by `kforge runs stop`
 
 
-def drive(opened: OpenRun, plan: Plan, watch: Callable[[Any], AbstractContextManager[Any]]) -> Outcome:
+def drive(opened: OpenRun, plan: Plan, watch: Callable[[Trainer], AbstractContextManager[object]]) -> Outcome:
     """Build the trainer, run it under `watch(trainer)` (the dashboard) to its end and say how it ended.
 
     The trainer writes the status of a run that reached its loop; this writes it only for an end the trainer
@@ -158,7 +161,7 @@ def drive(opened: OpenRun, plan: Plan, watch: Callable[[Any], AbstractContextMan
                    status == "stopped" and st.get("stopped_by") == "signal")
 
 
-def _run_trainer(opened: OpenRun, plan: Plan, watch: Callable[[Any], AbstractContextManager[Any]]) -> str:
+def _run_trainer(opened: OpenRun, plan: Plan, watch: Callable[[Trainer], AbstractContextManager[object]]) -> str:
     from kforge.train.build import build_trainer
 
     run, trainer = opened.run, None

@@ -8,11 +8,16 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kforge.eval.report import is_speed_key, speed_measured, summarize, trajectory_outcome
 from kforge.evaluator.verdict import Status
 from kforge.policy.records import Trajectory
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
+    from kforge.policy.runner import Rollouts
+    from kforge.train.placement import Plan
 
 log = logging.getLogger("kforge.train")
 
@@ -107,9 +112,9 @@ def held_out_metrics(trajectories: list[Trajectory], levels: dict[str, int]) -> 
             if isinstance(v, (int, float)) and not isinstance(v, bool) and (measured or not is_speed_key(k))}
 
 
-def step_metrics(step: int, epoch: int, rollouts: Any, credit: dict[str, float], learned: dict[str, float],
+def step_metrics(step: int, epoch: int, rollouts: Rollouts, credit: dict[str, float], learned: dict[str, float],
                  times: dict[str, float], levels: dict[str, int], per_level: bool, restarts: int,
-                 plan: Any) -> dict[str, Any]:
+                 plan: Plan) -> dict[str, Any]:
     """One step's record for metrics.jsonl, TensorBoard and the dashboard, from that step's own objects."""
     from kforge.train.gpu import role_gpu_stats
 
@@ -190,7 +195,7 @@ def penalty_only(metrics: dict[str, Any]) -> bool:
 class MetricSinks:
     """TensorBoard and W&B next to the run folder's metrics.jsonl; both optional and never required."""
 
-    def __init__(self, run_path: str, cfg: Any, resume_step: int = 0):
+    def __init__(self, run_path: str, cfg: KforgeConfig, resume_step: int = 0):
         self.tb = None
         self.wandb = None
         self.hist_every = cfg.log.tb_histograms_every

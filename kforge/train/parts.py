@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from kforge.evaluator.contention import GpuActivity
 from kforge.policy.runner import EpisodeRunner
+
+if TYPE_CHECKING:
+    from kforge.evaluator import EvalPool
+    from kforge.learner.learner import Learner
+    from kforge.rollout.base import RolloutBackend
+    from kforge.train.learner_proc import LearnerProcess
 
 log = logging.getLogger("kforge.train")
 
@@ -17,15 +23,15 @@ log = logging.getLogger("kforge.train")
 class Parts:
     """What the trainer drives; built by `build_trainer`."""
 
-    learner: Any  # Learner (CPU, in-process) or LearnerProcess
-    pool: Any  # EvalPool
+    learner: Learner | LearnerProcess  # Learner: CPU, in-process
+    pool: EvalPool
     runner: EpisodeRunner  # holds the rollout backend: the one reference a restart replaces
     shares_model: bool  # the rollout backend samples from the learner's in-process model (CPU mode)
-    restart_backend: Callable[[], Any] | None = None  # a fresh rollout backend (GPU placements)
+    restart_backend: Callable[[], RolloutBackend] | None = None  # a fresh rollout backend (GPU placements)
     activity: GpuActivity = field(default_factory=GpuActivity)  # who used which GPU when (the pool reads it)
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> RolloutBackend | None:
         return self.runner.backend if self.runner is not None else None
 
     def close(self) -> None:

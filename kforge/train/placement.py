@@ -41,10 +41,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kforge.errors import UserError
 from kforge.gpus import check_indices, matches, query_gpus, visible_ids
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
 
 ROLES = ("rollout", "learner", "eval")
 
@@ -102,7 +105,7 @@ def _gb(value: float | None) -> str:
     return "?" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
 
 
-def memory_for(cfg: Any, gpus: list[str] | None = None) -> Memory:
+def memory_for(cfg: KforgeConfig, gpus: list[str] | None = None) -> Memory:
     """The Memory record of this machine and config: the smallest visible GPU (read through the driver) and
     the model's weights counted from its config (no weights are read)."""
     from kforge.modelio import parameter_count

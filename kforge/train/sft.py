@@ -25,12 +25,17 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from kforge.config.losses import SUPERVISED_LOSS
 from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
 from kforge.problems.record import Problem
+
+if TYPE_CHECKING:
+    from kforge.credit.samples import Sample
+    from kforge.learner.learner import Learner
+    from kforge.policy.prompts import PromptBuilder
 
 SFT_FILE = "sft.json"  # beside the adapter: what it was trained on and its losses
 
@@ -182,7 +187,7 @@ def answer_text(code: str, thinking: bool) -> str:
     return (f"{THINK_OPEN}\n{THINK_CLOSE}\n" if thinking else "") + format_answer(code)
 
 
-def to_samples(pairs: list[Pair], builder: Any, cfg: KforgeConfig, eos: int | None) -> tuple[list[Any], int]:
+def to_samples(pairs: list[Pair], builder: PromptBuilder, cfg: KforgeConfig, eos: int | None) -> tuple[list[Sample], int]:
     """(one learner Sample per pair that fits model.max_model_len, how many did not fit)."""
     from kforge.credit.samples import Sample
 
@@ -197,7 +202,7 @@ def to_samples(pairs: list[Pair], builder: Any, cfg: KforgeConfig, eos: int | No
     return samples, skipped
 
 
-def mean_nll(learner: Any, samples: list[Any]) -> float:
+def mean_nll(learner: Learner, samples: list[Sample]) -> float:
     """Mean negative log-likelihood per answer token under the learner's current weights (no update), through the
     learner's own log-prob path: its micro-batch plan, packing, chunked log-probs and autocast, as in its step."""
     import torch

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Awaitable, Callable, TypeVar
 
 log = logging.getLogger("kforge.train")
+T = TypeVar("T")
 
 
 async def cancel(task: "asyncio.Future | None") -> None:
@@ -20,8 +21,8 @@ async def cancel(task: "asyncio.Future | None") -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def watched(stage_work: Any, message_head: str, every: float, progress: Callable[[], int],
-                  waiting_for: Callable[[], str], warn: Callable[[str], None]) -> Any:
+async def watched(stage_work: Awaitable[T], message_head: str, every: float, progress: Callable[[], int],
+                  waiting_for: Callable[[], str], warn: Callable[[str], None]) -> T:
     """Await `stage_work`; whenever `progress()` has not moved for `every` seconds, log and `warn` a line
     starting with `message_head` that says for how long and what the stage waits for."""
     task = asyncio.ensure_future(stage_work)

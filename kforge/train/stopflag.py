@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ class StopFlag:
     _old: Any = None
 
     def install(self) -> None:
-        def handler(signum: int, frame: Any) -> None:
+        def handler(signum: int, frame: types.FrameType | None) -> None:
             if not received:
                 received.append(int(signum))
             if self.requested:

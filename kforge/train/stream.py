@@ -27,15 +27,37 @@ import asyncio
 import contextlib
 import logging
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Protocol
 
-from kforge.policy.runner import Rollouts, RolloutStats
+from kforge.policy.runner import EpisodeRunner, Rollouts, RolloutStats
 from kforge.problems.record import Problem
 from kforge.rollout.base import BackendError
 from kforge.rollout.queue import EngineGate
 from kforge.train.data import ProblemSampler, step_seed
 from kforge.train.metrics import stream_metrics
+
+if TYPE_CHECKING:
+    from kforge.config.schema import KforgeConfig
+    from kforge.policy.records import Trajectory, Turn
+    from kforge.train.parts import Parts
+    from kforge.train.placement import Plan
+
+
+class StreamOwner(Protocol):
+    """What `GroupStream.of` reads of its Trainer (train/trainer.py imports this module, so it is named by
+    what it has)."""
+
+    parts: Parts
+    sampler: ProblemSampler
+    cfg: KforgeConfig
+    plan: Plan
+    step: int
+
+    def _restart_backend(self, exc: Exception, step: int) -> None: ...
+
+    def _on_turn(self, trajectory: Trajectory, turn: Turn) -> None: ...
 
 log = logging.getLogger("kforge.train")
 
@@ -74,7 +96,7 @@ def pick(done: list[Group], learner_version: int, max_staleness: int, batch_size
 class GroupStream:
     """The groups of a continuous run: started by admission in the background, taken B at a time by `take`."""
 
-    def __init__(self, runner: Any, sampler: ProblemSampler, cfg: Any, learner_version: Callable[[], int],
+    def __init__(self, runner: EpisodeRunner, sampler: ProblemSampler, cfg: KforgeConfig, learner_version: Callable[[], int],
                  restart: Callable[[BaseException], None], on_turn: Callable[..., None], overlap: bool) -> None:
         self.runner, self.sampler, self.cfg = runner, sampler, cfg
         self.learner_version, self.restart, self.on_turn, self.overlap = learner_version, restart, on_turn, overlap
@@ -98,7 +120,7 @@ class GroupStream:
         runner.engine_gate = self.gate.passage
 
     @classmethod
-    def of(cls, trainer: Any) -> "GroupStream":
+    def of(cls, trainer: StreamOwner) -> "GroupStream":
         """The stream of a Trainer (train/trainer.py): its runner, problem order and learner; a dead engine
         restarted by its rule; generation overlaps the learner's step on a split placement only."""
         return cls(trainer.parts.runner, trainer.sampler, trainer.cfg, lambda: trainer.parts.learner.version,
@@ -106,7 +128,7 @@ class GroupStream:
                    overlap=trainer.plan.mode == "split")
 
     # -- the trainer's calls --------------------------------------------------------------------------
-    async def take(self, stage: Any = None) -> Rollouts:
+    async def take(self, stage: AbstractContextManager[None] | None = None) -> Rollouts:
         """The next learner batch: B completed groups, waiting for them as long as it takes (inside `stage`,
         the dashboard's)."""
         with stage if stage is not None else contextlib.nullcontext():

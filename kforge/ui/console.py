@@ -6,13 +6,16 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import typer
 from rich.console import Console
 from rich.file_proxy import FileProxy
 from rich.logging import RichHandler
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # Off a terminal (a pipe, a log file, CI) Rich would cut every line at 80 columns: model names and paths
 # in tables lost their ends. There the width is only a bound that nothing real reaches.
@@ -42,7 +45,7 @@ console = _console()
 err_console = _console(stderr=True)
 
 
-def progress_bar(remaining: bool = False, transient: bool = False) -> Any:
+def progress_bar(remaining: bool = False, transient: bool = False) -> Progress:
     """A command's Rich progress: what it does, a bar, done/total and the time taken (and left, with
     `remaining`); drawn on a terminal only (off one, the commands print plain progress lines of their own)."""
     from rich.progress import (
@@ -147,9 +150,9 @@ def logs_above(console: Console) -> Iterator[None]:
     through `console` instead, so Rich puts its lines above the view. Written past the view, a line moves
     the cursor from where the view's next frame starts: the frame above stays on screen and the line is
     drawn over. Handlers writing to files (the run's log) are left alone."""
-    loggers: list[Any] = [logging.getLogger()]
+    loggers: list[logging.Logger] = [logging.getLogger()]
     loggers += [lg for lg in list(logging.Logger.manager.loggerDict.values()) if isinstance(lg, logging.Logger)]
-    undo: list[tuple[logging.Handler, str, Any]] = []
+    undo: list[tuple[logging.Handler, str, object]] = []
     for lg in loggers:
         for handler in list(lg.handlers):
             if not _writes_to_terminal(handler):

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from typing import Any, Iterator
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleDimensions, Group
 from rich.control import Control
 from rich.live import Live
 from rich.panel import Panel
@@ -96,7 +96,7 @@ class Dashboard:
         # Off a terminal the caller has already printed the placement line: not twice.
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._whole = True  # the last frame stays in the scroll-back, nothing redraws it: all of it
             self._live.__exit__(*exc)  # draws the last frame, from the last update
@@ -212,16 +212,16 @@ class Dashboard:
                 return self._group(self._LAYOUTS[0])
             return self._group(self._fit(self.console.size))
 
-    def _fit(self, size: Any) -> tuple[int, int, bool, bool, bool]:
+    def _fit(self, size: ConsoleDimensions) -> tuple[int, int, bool, bool, bool]:
         """The fullest layout whose frame is at most the terminal's height. Measured part by part, and again
         only when something shown or the terminal's size changed (Live renders twice a second)."""
         key = (self._version, size.width, size.height)
         if self._fitted is not None and self._fitted[0] == key:
             return self._fitted[1]
         options = self.console.options.update(width=size.width, height=None)
-        heights: dict[tuple[str, Any], int] = {}
+        heights: dict[tuple[str, int | None], int] = {}
 
-        def rows(name: str, arg: Any = None) -> int:
+        def rows(name: str, arg: int | None = None) -> int:
             if (name, arg) not in heights:
                 part = getattr(self, f"_{name}")(arg) if arg is not None else getattr(self, f"_{name}")()
                 heights[name, arg] = 0 if part is None else len(self.console.render_lines(part, options, pad=False))

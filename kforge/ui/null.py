@@ -12,7 +12,7 @@ class NullDashboard:
     def __enter__(self) -> "NullDashboard":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
     def set_stage(self, stage: str, total: int = 0, step: int | None = None) -> None:

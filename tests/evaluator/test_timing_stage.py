@@ -8,10 +8,11 @@ the profiled timed call never reached the verdict, so the judge's rule for outpu
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import protocol as P
+from kforge.evaluator.arena import Where
 from kforge.evaluator.reference import Reference
 from kforge.evaluator.timing_stage import TimingStage
 from kforge.evaluator.verdict import Status, Verdict
@@ -37,7 +38,7 @@ class _Child:
         evidence = {"kernels": 1, "kernels_on_data": 1, "outputs_unwritten": 0, "outputs_finished": 1}
         return {"type": expect, "ms": 0.5, "coverage": 0.9 if self.profile else None, "evidence": evidence}
 
-    def read(self, meta: list[Any], slots: list[Any], where: Any, plain: list[Any] | None = None) -> list[Any]:
+    def read(self, meta: list[Any], slots: list[Any], where: Where, plain: list[Any] | None = None) -> list[Any]:
         return [None]
 
 
@@ -121,7 +122,7 @@ def test_a_call_nobody_compared_does_not_set_the_parents_clock(monkeypatch) -> N
     tick = _Tick()
     monkeypatch.setattr(drive, "time", tick)
 
-    def no_twin(*args: Any, **kwargs: Any) -> Any:
+    def no_twin(*args: object, **kwargs: object) -> NoReturn:
         raise TwinFailed("no twin here")
 
     monkeypatch.setattr(timing_stage, "paired_calls", no_twin)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-from typing import Any
 
 import torch
 
 
-def cuda_runtime() -> Any:
+def cuda_runtime() -> ctypes.CDLL | None:
     """The libcudart this process already loaded (through torch), or None (then nothing is pinned)."""
     try:
         with open("/proc/self/maps") as fh:
@@ -34,7 +33,7 @@ def cuda_runtime() -> Any:
     return None
 
 
-def pin(lib: Any, ptr: int, size: int) -> bool:
+def pin(lib: ctypes.CDLL | None, ptr: int, size: int) -> bool:
     """Register [ptr, ptr + size) with CUDA; a refusal is cleared from the runtime's last error."""
     if lib is None:
         return False
@@ -50,7 +49,7 @@ class ArenaWriter:
         self.mm: mmap.mmap | None = None
         self.size = 0
         self.pinned: int | None = None  # the registered address, to unregister before unmapping
-        self.runtime: Any = None
+        self.runtime: ctypes.CDLL | None = None
 
     def _ensure(self, size: int) -> mmap.mmap:
         if self.fd is None:
@@ -79,7 +78,7 @@ class ArenaWriter:
                 pass
             self.mm = None
 
-    def put(self, outputs: list[Any], slots: list[Any] | None, size: int) -> None:
+    def put(self, outputs: list[object], slots: list[list[int] | None] | None, size: int) -> None:
         """Copy each output tensor into its slot ([offset, nbytes]); an output whose size does not match
         its slot is left out (its shape or dtype is wrong: the parent sees that in the answer's meta)."""
         if not slots:

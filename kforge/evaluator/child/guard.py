@@ -29,9 +29,14 @@ import re
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from kforge.evaluator.protocol import CODE_EVENTS, DENIED_EVENTS  # the events refused (shared with the judge)
+
+if TYPE_CHECKING:
+    import torch
+
+    from kforge.evaluator.child.written import Written
 
 # Modules whose classes a candidate may not patch (the rest of `object.__setattr__` is its own business).
 _PROTECTED = ("torch", "triton", "kforge", "builtins", "numpy", "time", "os", "sys", "types", "functools")
@@ -53,10 +58,10 @@ class Guard:
     launches: list[Launch] = field(default_factory=list)
     # During a trial the launched kernels' tensors are kept alive until the trial's evidence is taken:
     # otherwise the allocator hands their memory to the output and an unrelated launch looks "on data".
-    held: list[Any] | None = None
-    patched: dict[str, tuple[Any, str, Any]] = field(default_factory=dict)
+    held: list[torch.Tensor] | None = None
+    patched: dict[str, tuple[type, str, Callable[..., object]]] = field(default_factory=dict)
     ablate: bool = False  # skip the candidate's own Triton launches (the parent's decoy trial)
-    written: Any = None  # in a trial, a written.Written: what each launch of the candidate's left in its storage
+    written: Written | None = None  # in a trial: what each launch of the candidate's left in its storage
     cuda_kernels: set[str] = field(default_factory=set)  # __global__ names of its load_inline sources
     cuda_namespaces: set[str] = field(default_factory=set)
 
@@ -75,7 +80,7 @@ def _stdlib_dirs() -> tuple[str, ...]:
 _FD_PATH = re.compile(r"^/+(proc/+[^/]+/+(task/+\d+/+)?fd|dev/+fd|dev/+std(in|out|err))(/|$)")
 
 
-def fd_path(path: Any) -> bool:
+def fd_path(path: object) -> bool:
     """/proc/self/fd/N, /proc/<pid>/fd/N, /proc/thread-self/fd/N or /dev/fd/N (and /dev/stdout...)."""
     text = path.decode(errors="replace") if isinstance(path, bytes) else str(path)
     return bool(_FD_PATH.match(text))
@@ -89,7 +94,7 @@ def candidate_like(filename: str, cand: str) -> bool:
     return filename == cand or (filename.startswith("<") and not filename.startswith("<frozen"))
 
 
-def asker_is_candidate(frame: Any, cand: str, stdlib: tuple[str, ...], triton_dir: str) -> bool:
+def asker_is_candidate(frame: types.FrameType | None, cand: str, stdlib: tuple[str, ...], triton_dir: str) -> bool:
     """Is the candidate the one asking? The first frame outside the standard library decides (so
     `inspect.currentframe()` counts as the candidate's, while Triton's own compile does not).
 
@@ -211,7 +216,7 @@ def install_audit_hook(guard: Guard) -> None:
     sys.addaudithook(hook)
 
 
-def _storage_ranges(args: Any, kwargs: Any) -> list[tuple[int, int]]:
+def _storage_ranges(args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[int, int]]:
     import torch
 
     out = []
@@ -222,7 +227,7 @@ def _storage_ranges(args: Any, kwargs: Any) -> list[tuple[int, int]]:
     return out
 
 
-def _hold(guard: Guard, args: Any, kwargs: Any) -> None:
+def _hold(guard: Guard, args: Sequence[object], kwargs: Mapping[str, object]) -> None:
     import torch
 
     if guard.held is not None:
@@ -250,7 +255,7 @@ def install_launch_recorder(guard: Guard, interpreter: bool) -> None:
     for cls in classes:
         orig = cls.run
 
-        def run(self: Any, *args: Any, __orig: Callable[..., Any] = orig, **kwargs: Any) -> Any:
+        def run(self: object, *args: object, __orig: Callable[..., object] = orig, **kwargs: object) -> object:
             if kwargs.get("warmup", False):
                 return __orig(self, *args, **kwargs)
             fn = getattr(self, "fn", None)
@@ -279,7 +284,7 @@ def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
     for name in dir(mod):
         attr = getattr(mod, name)
         if callable(attr) and not name.startswith("_"):
-            def call(*a: Any, __f: Callable[..., Any] = attr, **k: Any) -> Any:
+            def call(*a: object, __f: Callable[..., object] = attr, **k: object) -> object:
                 ranges = _storage_ranges(a, k)
                 out = __f(*a, **k)
                 # What it returns is what it wrote (an extension allocates its outputs itself).

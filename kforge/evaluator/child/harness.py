@@ -158,7 +158,7 @@ def _install_load_inline(build_dir: str, guard: guard_mod.Guard | None) -> None:
     orig = cpp_extension.load_inline
     seen: dict[str, list[str]] = {}  # per name, the sources loaded under it (torch renames a changed one)
 
-    def built(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def built(name: str, args: tuple[object, ...], kwargs: dict[str, Any]) -> object:
         sources = repr((args, sorted((k, repr(v)) for k, v in kwargs.items())))
         versions = seen.setdefault(name, [])
         if sources not in versions:
@@ -167,7 +167,7 @@ def _install_load_inline(build_dir: str, guard: guard_mod.Guard | None) -> None:
         library = name if version == 0 else f"{name}_v{version}"
         return cpp_extension._import_module_from_library(library, build_dir, kwargs.get("is_python_module", True))
 
-    def load_inline(name: str, *args: Any, **kwargs: Any) -> Any:
+    def load_inline(name: str, *args: object, **kwargs: object) -> object:  # a module, or a library's path
         kwargs["build_directory"] = build_dir
         kwargs.setdefault("verbose", False)
         if guard is None:

@@ -14,7 +14,7 @@ import gc
 import time
 import traceback
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,7 +31,7 @@ _no_grad = torch.no_grad
 
 
 @contextlib.contextmanager
-def _signed_rand() -> Any:
+def _signed_rand() -> Iterator[None]:
     """Inside get_inputs(): torch.rand -> torch.randn, so [0,1) inputs become signed."""
     saved = torch.rand, torch.rand_like
     torch.rand, torch.rand_like = torch.randn, torch.randn_like  # type: ignore[assignment]
@@ -41,7 +41,7 @@ def _signed_rand() -> Any:
         torch.rand, torch.rand_like = saved  # type: ignore[assignment]
 
 
-def _device_context(device: str) -> Any:
+def _device_context(device: str) -> contextlib.nullcontext[None] | torch.device:
     """`with torch.device(device)`, entered once with torch's own factories in place first.
 
     torch's device context decides which calls to redirect from a set of factory functions that it
@@ -63,7 +63,7 @@ def make_inputs(problem: types.ModuleType, seed: int, signed: bool, device: str)
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _flatten(out: Any) -> list[Any]:
+def _flatten(out: object) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
@@ -102,7 +102,7 @@ def send_error(wfd: int, stage: str, category_: str, exc: BaseException | None =
 class RequestLoop:
     """The request loop; the candidate's adds evidence (`guard`) and identity checks (`changed`)."""
 
-    def __init__(self, model: Any, problem: types.ModuleType, device: str, wfd: int, rfd: int, arena_fd: int | None,
+    def __init__(self, model: torch.nn.Module, problem: types.ModuleType, device: str, wfd: int, rfd: int, arena_fd: int | None,
                  guard: guard_mod.Guard | None = None, changed: Callable[[], list[str]] | None = None) -> None:
         self.model, self.problem, self.device = model, problem, device
         self.wfd, self.rfd = wfd, rfd

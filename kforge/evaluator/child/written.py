@@ -19,7 +19,7 @@ a kernel wrote last; nor a launch captured into a CUDA graph, which leaves no sa
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -30,7 +30,7 @@ SAMPLED_BYTES = 16384  # and this many at random positions (a multi-GB output co
 Range = tuple[int, int]
 
 
-def _bytes(storage: Any) -> torch.Tensor:
+def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:
     """The storage as one flat uint8 tensor over the same memory (no copy)."""
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
@@ -56,7 +56,7 @@ class Written:
     def _read(flat: torch.Tensor, where: torch.Tensor | None) -> torch.Tensor:
         return flat.clone() if where is None else flat.index_select(0, where)
 
-    def after_launch(self, tensors: list[Any]) -> None:
+    def after_launch(self, tensors: list[object]) -> None:
         """A launch of the candidate's returned: sample every storage it was handed, as it is now. A launch
         captured into a CUDA graph ran nothing yet (and a sync would break the capture): it leaves no sample."""
         if self.capturing():
@@ -74,7 +74,7 @@ class Written:
                 where = self._positions(st.nbytes(), flat.device)
             self.kept[key] = (flat, where, self._read(flat, where))
 
-    def overwritten(self, outputs: list[Any]) -> int:
+    def overwritten(self, outputs: list[object]) -> int:
         """How many outputs share a storage with a launch of the candidate's and hold other bytes there than
         right after the last such launch."""
         self.sync()

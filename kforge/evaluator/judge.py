@@ -121,7 +121,7 @@ def flags_from_evidence(evidence: list[dict[str, Any]]) -> list[str]:
 
 # The names a flag from evidence may carry (the child's text otherwise: it reaches the prompt's feedback).
 _PATCHED = frozenset(f"patched:{name}" for name in P.WATCHED + P.LAUNCHERS)
-_DENIED = P.DENIED_EVENTS | P.CODE_EVENTS | {"open:fd"}
+_DENIED = P.DENIED_EVENTS | P.CODE_EVENTS | P.MODULE_EVENTS | {"open:fd"}
 
 
 def _numel(m: Any) -> int:

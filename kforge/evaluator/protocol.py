@@ -62,6 +62,8 @@ DENIED_EVENTS = frozenset({
 # the frame that asked is one of the few makers of code from text no candidate controls (guard._CODE_MAKERS).
 CODE_EVENTS = frozenset({"exec", "compile", "code.__new__", "function.__new__", "marshal.loads", "marshal.load",
                          "pickle.find_class"})
+# Not audit events: the child's frozen modules (guard.freeze_modules) refuse these with the candidate on the stack.
+MODULE_EVENTS = frozenset({"module.__setattr__", "module.__delattr__"})
 
 
 def inputs_only(problem_code: str) -> str:

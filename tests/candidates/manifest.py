@@ -434,6 +434,27 @@ ATTACKS = [
            "a kernel zero-fills a small output, then `out.add_(torch.einsum(...))` computes all of it: a kernel "
            "touched the output, so its GPU share was never asked (on a CPU nothing measures it)", problem="matvec",
            item=4),
+    Attack("module_alias_patch.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                     "bare": "incorrect+returns_input"},
+           "`t = torch; t.frombuffer = f`: the harness's copy-out into the arena, looking the function up at call "
+           "time, wrote relu of a copy kernel's output. Renames resolve in the static check, modules loaded "
+           "before the candidate refuse a replaced attribute, and the copy-out binds its functions at import",
+           item=4),
+    Attack("module_alias_equal.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                     "bare": "correct+output_not_from_kernel"},
+           "copy_then_clamp.py with `torch.equal` replaced through a rename, so the written-bytes comparison "
+           "never differed", item=4),
+    Attack("storage_swap.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
+           "the sampled storage's bytes moved by `share_memory_()` while a numpy array keeps its old memory, "
+           "where PyTorch writes the answer: an output over the address of a storage that moved is overwritten",
+           item=4),
+    Attack("storage_reuse.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
+           "the sampled storage freed in place (`resize_(0)`) and its address handed to PyTorch's answer",
+           item=4),
+    Attack("clamp_then_noop_launch.py", {"all": "correct+output_not_from_kernel",
+                                         "bare": "correct+output_not_from_kernel"},
+           "copy_then_clamp.py with a launch that writes nothing after the clamp: bytes written between launches "
+           "stay foreign until a launch changes them", item=4),
     Attack("root_files.py", {"bare": "compile_error"},
            "runs as an unprivileged uid: no shadow file, no writable /proc/sys or /sys; error text capped", item=5),
     Attack("host_text.py", {"bare": "compile_error"},

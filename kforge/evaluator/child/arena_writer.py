@@ -5,6 +5,9 @@ On a GPU the copy goes device -> host into the shared mapping, registered with C
 runs at full speed; when registration is refused it is a plain (pageable, slower) copy. Registration
 goes through the CUDA runtime torch loaded, so that a refusal can be cleared there: left pending, it
 would surface at torch's next kernel-launch check as the candidate's error.
+
+The torch functions the copy uses are bound at import, before any candidate code runs: a candidate that
+replaces `torch.frombuffer` (through any name) cannot choose what lands in the arena.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import ctypes
 import mmap
 
 import torch
+
+_frombuffer, _uint8, _Tensor, _synchronize = torch.frombuffer, torch.uint8, torch.Tensor, torch.cuda.synchronize
 
 
 def cuda_runtime() -> ctypes.CDLL | None:
@@ -59,7 +64,7 @@ class ArenaWriter:
             self.mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self.size = size
             if self.on_gpu:
-                base = torch.frombuffer(self.mm, dtype=torch.uint8, count=size)
+                base = _frombuffer(self.mm, dtype=_uint8, count=size)
                 ptr = base.data_ptr()
                 del base
                 self.runtime = self.runtime if self.runtime is not None else cuda_runtime()
@@ -85,13 +90,13 @@ class ArenaWriter:
             return
         mm = self._ensure(int(size))
         for o, slot in zip(outputs, slots):
-            if slot is None or not isinstance(o, torch.Tensor):
+            if slot is None or not isinstance(o, _Tensor):
                 continue
             offset, nbytes = int(slot[0]), int(slot[1])
             if o.numel() * o.element_size() != nbytes or not nbytes:
                 continue
-            dst = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
+            dst = _frombuffer(mm, dtype=_uint8, count=nbytes, offset=offset)
             dst.view(o.dtype).view(o.shape).copy_(o.detach())
             del dst
         if self.on_gpu:
-            torch.cuda.synchronize()
+            _synchronize()

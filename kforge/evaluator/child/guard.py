@@ -15,6 +15,10 @@ their own. The parent's checks (its own trials, comparison, clock and output sam
   functions from generated text that no candidate controls) may make code then.
   CPython raises no audit event for a plain class-attribute assignment (`JITFunction.run = f`):
   the static check refuses it in source, and the harness's identity check reports it afterwards.
+- Nor for a store on a module (`t = torch; t.frombuffer = f`): the modules of the protected packages loaded
+  before the candidate are frozen (`freeze_modules`): with a frame of the candidate's on the stack, an
+  attribute they hold can be neither replaced nor deleted (a new one can be added: importing a submodule
+  does that).
 - The launch recorder wraps Triton's `JITFunction.run` (and the interpreter's) and load_inline
   extension functions, and records a launch once it returned (one that failed to compile never
   launched). A launch counts as the candidate's kernel only when the function was defined in the
@@ -75,6 +79,17 @@ def _stdlib_dirs() -> tuple[str, ...]:
     paths = {sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix}).get(k, "")
              for k in ("stdlib", "platstdlib")}
     return tuple(os.path.join(p, "") for p in paths if p and "site-packages" not in p)
+
+
+def _triton_dir() -> str:
+    """Triton's package folder with a trailing separator ('' without Triton)."""
+    import os
+
+    try:
+        import triton
+    except ImportError:
+        return ""
+    return os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
 
 
 _FD_PATH = re.compile(r"^/+(proc/+[^/]+/+(task/+\d+/+)?fd|dev/+fd|dev/+std(in|out|err))(/|$)")
@@ -151,17 +166,11 @@ def _library_dirs() -> tuple[str, ...]:
 
 def install_audit_hook(guard: Guard) -> None:
     """Add the hook (irreversible). Everything it needs is bound here, none of it in module globals."""
-    import os
 
     cand = guard.candidate_file
     stdlib = _stdlib_dirs()
     libraries = _library_dirs()
-    try:
-        import triton
-
-        triton_dir = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
-    except ImportError:
-        triton_dir = ""
+    triton_dir = _triton_dir()
     getframe = sys._getframe
     busy = [False]
     denied = guard.denied
@@ -216,6 +225,43 @@ def install_audit_hook(guard: Guard) -> None:
     sys.addaudithook(hook)
 
 
+def freeze_modules(guard: Guard) -> int:
+    """Give every plain module of the protected packages loaded so far a class whose `__setattr__` and
+    `__delattr__` refuse to replace or delete an attribute it holds when the candidate asks (directly or
+    through the standard library: `asker_is_candidate`); a library's own patching (Triton's interpreter swaps
+    `triton.language` functions around each launch) goes on. Reading is untouched. Returns how many modules
+    were frozen."""
+    cand, stdlib, triton_dir = guard.candidate_file, _stdlib_dirs(), _triton_dir()
+    getframe, asker, denied = sys._getframe, asker_is_candidate, guard.denied
+    plain, own_dict = types.ModuleType, object.__getattribute__
+    set_attr, del_attr = types.ModuleType.__setattr__, types.ModuleType.__delattr__
+
+    def refuse(module: types.ModuleType, name: str, event: str) -> None:
+        if asker(getframe(2), cand, stdlib, triton_dir):  # frame 0 is this, 1 the module's __setattr__
+            denied.append(event)
+            raise PermissionError(f"kforge sandbox: changing `{own_dict(module, '__name__')}.{name}` is not "
+                                  "allowed in a candidate kernel")
+
+    class Frozen(types.ModuleType):
+        def __setattr__(self, name: str, value: object) -> None:
+            held = own_dict(self, "__dict__")
+            if name in held and held[name] is not value:
+                refuse(self, name, "module.__setattr__")
+            set_attr(self, name, value)
+
+        def __delattr__(self, name: str) -> None:
+            if name in own_dict(self, "__dict__"):
+                refuse(self, name, "module.__delattr__")
+            del_attr(self, name)
+
+    count = 0
+    for name, module in list(sys.modules.items()):
+        if type(module) is plain and name.split(".")[0] in _PROTECTED:
+            module.__class__ = Frozen
+            count += 1
+    return count
+
+
 def _storage_ranges(args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[int, int]]:
     import torch
 
@@ -266,6 +312,8 @@ def install_launch_recorder(guard: Guard, interpreter: bool) -> None:
             # Recorded once it returned: a kernel that failed to compile (Triton compiles at the first launch)
             # did not launch, and a call that caught the failure must not show it did.
             ranges = _storage_ranges(args, kwargs)
+            if own and guard.written is not None:
+                guard.written.before_launch(list(args) + list(kwargs.values()))
             result = __orig(self, *args, **kwargs)
             launches.append(Launch(own, getattr(fn, "__name__", ""), ranges))
             _hold(guard, args, kwargs)
@@ -286,6 +334,8 @@ def recording_module(mod: types.ModuleType, guard: Guard) -> types.ModuleType:
         if callable(attr) and not name.startswith("_"):
             def call(*a: object, __f: Callable[..., object] = attr, **k: object) -> object:
                 ranges = _storage_ranges(a, k)
+                if guard.written is not None:
+                    guard.written.before_launch(list(a) + list(k.values()))
                 out = __f(*a, **k)
                 # What it returns is what it wrote (an extension allocates its outputs itself).
                 outs = list(out) if isinstance(out, (list, tuple)) else [out]

@@ -212,6 +212,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     known = _start_pools()  # taken before the candidate's file exists: nothing of it has run
     _write(job["scratch"], "candidate.py", job["code"])
     if job.get("audit_hook", True):
+        guard_mod.freeze_modules(guard)
         guard_mod.install_audit_hook(guard)
     t0 = _perf()
     try:

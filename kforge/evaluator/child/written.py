@@ -8,20 +8,36 @@ of the candidate's returned, the whole device is synchronised and each storage i
 what a CUDA extension returned) is sampled: whole up to WHOLE_BYTES, else its first and last EDGE_BYTES
 bytes and SAMPLED_BYTES bytes at positions drawn per storage and trial by a generator of the harness's own.
 Only each storage's latest sample is kept, so memory is bounded by the storages a trial's launches hold
-anyway. After the call, an output whose storage's bytes differ from that latest sample was written after the
-candidate's last launch on it, by whatever did it (PyTorch, numpy, a library's kernel): `overwritten`.
+anyway. Each storage is also sampled right before a later launch on it: a launch that changed none of its
+sampled bytes (masked off, or storing back what it loads) leaves the record as the launch before it left it,
+so PyTorch's values written in between do not become the kernel's by a launch that did nothing. After the
+call, an output whose storage holds other bytes than the last launch that changed it left is `overwritten`,
+whatever wrote them (PyTorch, numpy, a library's kernel). Whether a launch changed anything is asked of the
+storage as a whole, not byte by byte: a kernel may write a value a position already held (zeros over the
+zeros an autotuner's reset left), which no byte could tell from not writing it.
+
+A sampled storage is kept alive here, so its memory is never handed to another tensor while the trial runs;
+a storage whose memory was moved or freed all the same (`share_memory_()`, `resize_(0)`) leaves its address
+to whatever comes next, so an output over such an address counts as overwritten too.
 
 Evidence like the rest of the child's: the candidate can rewrite it only with the in-process layers broken,
-and it may add a flag, never remove one. What it cannot see: a launch of the candidate's on the output after
-PyTorch's op (a kernel that stores back what it loads, or copies PyTorch's result in): the values are then what
-a kernel wrote last; nor a launch captured into a CUDA graph, which leaves no sample.
+and it may add a flag, never remove one. What it cannot see: a launch of the candidate's that writes PyTorch's
+result in as its own (a kernel that copies a tensor PyTorch computed into the output), nor a launch captured
+into a CUDA graph, which leaves no sample. The torch functions used here are bound at import, before any
+candidate code runs: replacing `torch.equal` later changes nothing here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+# Bound before any candidate code runs (the module is imported with the harness).
+_equal, _cat, _arange, _randint, _empty = torch.equal, torch.cat, torch.arange, torch.randint, torch.empty
+_uint8, _Tensor, _Generator = torch.uint8, torch.Tensor, torch.Generator
+_capturing = torch.cuda.is_current_stream_capturing
 
 WHOLE_BYTES = 1 << 20  # a storage up to this size is kept whole
 EDGE_BYTES = 4096  # else its first and last bytes,
@@ -32,29 +48,70 @@ Range = tuple[int, int]
 
 def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:
     """The storage as one flat uint8 tensor over the same memory (no copy)."""
-    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    return _empty(0, dtype=_uint8, device=storage.device).set_(storage)
+
+
+def _range(t: torch.Tensor) -> Range:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+@dataclass
+class Sample:
+    """One storage the candidate's launches were handed, as the last of them left it."""
+
+    flat: torch.Tensor  # its bytes (a view: it keeps the storage alive)
+    where: torch.Tensor | None  # the positions sampled (None: all)
+    was: torch.Tensor  # what they held right after the last launch on it that changed them
+    before: torch.Tensor | None = None  # what they held right before the launch now running
+
+    def moved(self, key: Range) -> bool:
+        """Its memory is no longer at the address it was sampled at (moved to shared memory, resized)."""
+        return _range(self.flat) != key or self.flat.numel() != key[1] - key[0]
+
+    def now(self) -> torch.Tensor:
+        return self.flat.clone() if self.where is None else self.flat.index_select(0, self.where)
 
 
 class Written:
-    """One trial's latest sample of each storage the candidate's launches were handed."""
+    """One trial's record of each storage the candidate's launches were handed."""
 
     def __init__(self, sync: Callable[[], None], on_gpu: bool = False) -> None:
         self.sync = sync
-        self.capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing if on_gpu else (lambda: False)
-        self.gen = torch.Generator()
+        self.capturing: Callable[[], bool] = _capturing if on_gpu else (lambda: False)
+        self.gen = _Generator()
         self.gen.seed()  # from the system's random source: the positions are not the candidate's to know
-        # (start, end) of a storage -> its bytes, the positions sampled (None: all), the values they held
-        self.kept: dict[Range, tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = {}
+        self.kept: dict[Range, Sample] = {}  # by the (start, end) address of the storage
+        self.moved: set[Range] = set()  # addresses whose sampled storage moved away during the trial
 
     def _positions(self, n: int, device: torch.device) -> torch.Tensor | None:
         if n <= WHOLE_BYTES:
             return None
-        edges = torch.cat([torch.arange(EDGE_BYTES), torch.arange(n - EDGE_BYTES, n)])
-        return torch.cat([edges, torch.randint(0, n, (SAMPLED_BYTES,), generator=self.gen)]).to(device)
+        edges = _cat([_arange(EDGE_BYTES), _arange(n - EDGE_BYTES, n)])
+        return _cat([edges, _randint(0, n, (SAMPLED_BYTES,), generator=self.gen)]).to(device)
 
-    @staticmethod
-    def _read(flat: torch.Tensor, where: torch.Tensor | None) -> torch.Tensor:
-        return flat.clone() if where is None else flat.index_select(0, where)
+    def _storages(self, tensors: list[object]) -> dict[Range, torch.Tensor]:
+        return {_range(t): t for t in tensors if isinstance(t, _Tensor) and t.numel()}
+
+    def _known(self, key: Range) -> Sample | None:
+        """The sample at `key`, unless its storage moved away (then the address is remembered as moved)."""
+        sample = self.kept.get(key)
+        if sample is not None and sample.moved(key):
+            self.moved.add(key)
+            del self.kept[key]
+            return None
+        return sample
+
+    def before_launch(self, tensors: list[object]) -> None:
+        """A launch of the candidate's is about to run: what its storages hold now tells afterwards whether it
+        changed anything."""
+        if self.capturing():
+            return
+        self.sync()  # what the candidate enqueued before this launch has run
+        for key in self._storages(tensors):
+            sample = self._known(key)
+            if sample is not None:
+                sample.before = sample.now()
 
     def after_launch(self, tensors: list[object]) -> None:
         """A launch of the candidate's returned: sample every storage it was handed, as it is now. A launch
@@ -62,29 +119,29 @@ class Written:
         if self.capturing():
             return
         self.sync()  # the launch's work is done, and nothing the candidate enqueues after it has run yet
-        for t in tensors:
-            if not isinstance(t, torch.Tensor) or not t.numel():
+        for key, t in self._storages(tensors).items():
+            sample = self._known(key)
+            if sample is None:  # the first launch on it: whatever it held before is where the work starts
+                flat = _bytes(t.untyped_storage())
+                where = self._positions(key[1] - key[0], flat.device)
+                self.kept[key] = Sample(flat, where, flat.clone() if where is None else flat.index_select(0, where))
                 continue
-            st = t.untyped_storage()
-            key = (st.data_ptr(), st.data_ptr() + st.nbytes())
-            if key in self.kept:  # the same positions as its earlier launches in this trial
-                flat, where, _ = self.kept[key]
-            else:
-                flat = _bytes(st)
-                where = self._positions(st.nbytes(), flat.device)
-            self.kept[key] = (flat, where, self._read(flat, where))
+            now = sample.now()
+            if sample.before is None or not _equal(now, sample.before):  # it wrote something: its work now
+                sample.was = now
+            sample.before = None
 
     def overwritten(self, outputs: list[object]) -> int:
         """How many outputs share a storage with a launch of the candidate's and hold other bytes there than
-        right after the last such launch."""
+        the last launch that changed it left (or lie over an address whose sampled storage moved away)."""
         self.sync()
         count = 0
-        for o in outputs:
-            if not isinstance(o, torch.Tensor) or not o.numel():
-                continue
-            st = o.untyped_storage()
-            s, e = st.data_ptr(), st.data_ptr() + st.nbytes()
-            if any(a < e and s < b and not torch.equal(self._read(flat, where), was)
-                   for (a, b), (flat, where, was) in self.kept.items()):
-                count += 1
+        for s, e in self._storages(outputs):
+            hit = any(a < e and s < b for a, b in self.moved)
+            for (a, b) in list(self.kept):
+                if hit or not (a < e and s < b):
+                    continue
+                sample = self._known((a, b))
+                hit = sample is None or not _equal(sample.now(), sample.was)
+            count += hit
         return count

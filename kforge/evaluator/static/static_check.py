@@ -21,6 +21,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from kforge.evaluator.static.aliases import import_aliases
 from kforge.evaluator.static.hidden_lookup import hidden_lookups
 from kforge.evaluator.static.native_source import NATIVE_BUILDS, compiler_text, native_builds_allowed
 from kforge.evaluator.static.op_names import op_key, same_op
@@ -351,22 +352,6 @@ class _CandidateVisitor(ast.NodeVisitor):
 
 def _hidden_attr(attr: str) -> bool:
     return (attr.startswith("__") and attr.endswith("__") and attr not in _DUNDER_OK) or attr in _FRAME_ATTRS
-
-
-def import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local names bound by the module's imports: `tl` -> `triton.language`, `jit` -> `triton.jit`."""
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    aliases[a.asname] = a.name
-                else:
-                    aliases[a.name.split(".")[0]] = a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
 
 
 def check_source(code: str, problem_code: str, backend: str) -> StaticReport:

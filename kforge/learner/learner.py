@@ -7,7 +7,7 @@ accumulates gradients over the micro-batches, clips the gradient norm and steps 
 learning-rate schedule.
 
 Log-prob convention: ``kforge.learner.logprobs`` with the sampler's temperature and top-k/top-p (the
-run's ``SamplingParams`` record, a constructor argument), the same processing the sampler applied, so that
+run's ``SamplingParams`` record, a required constructor argument), the same processing the sampler applied, so that
 the rollout engine's log-probs (``Sample.rollout_logprobs``) and the learner's give importance ratios near 1.
 
 Guards, each reported in the metrics:
@@ -85,7 +85,9 @@ class Learner:
     ``model``/``tokenizer`` may be given (a transformers causal LM, or an existing PeftModel);
     otherwise they are loaded from ``cfg.model`` via kforge.modelio. ``cfg.model.checkpoint`` names an
     adapter folder (or a learner checkpoint) whose adapter weights the run starts from.
-    ``total_steps`` (train_step calls) overrides ``cfg.max_steps`` for the schedule. ``ranks``: this
+    ``total_steps`` (train_step calls) overrides ``cfg.max_steps`` for the schedule. ``sampling``: the sampler's
+    settings (temperature, top-k/top-p, max_tokens), required: the learner scores every token under the
+    distribution it was sampled from, and a caller outside a run states the one it means. ``ranks``: this
     process's place in a data-parallel group (kforge.learner.ddp); none is one rank.
     """
 
@@ -96,12 +98,12 @@ class Learner:
         model: Any = None,
         tokenizer: Any = None,
         total_steps: int | None = None,
-        sampling: SamplingParams | None = None,
+        *,
+        sampling: SamplingParams,
         ranks: Ranks | None = None,
         reserve_gib: float = 0.0,
     ) -> None:
-        r = cfg.rollout  # without the run's sampling record (a learner outside a run): temperature 1
-        s = self.sampling = sampling or SamplingParams(r.max_tokens, 1.0, r.top_p, r.top_k)
+        s = self.sampling = sampling
         if s.temperature <= 0:
             raise LearnerError(f"learner temperature {s.temperature}: must be > 0 (use 1.0 for greedy rollouts)")
         self.cfg = cfg

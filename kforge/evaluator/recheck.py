@@ -22,10 +22,11 @@ import torch
 
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
-from kforge.evaluator.children import Child, Slot
+from kforge.evaluator.children import Child
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import sample_positions
 from kforge.evaluator.reference import await_ready, fresh_seeds, start_reference
+from kforge.evaluator.slot import Slot
 from kforge.evaluator.timing_check import Clock
 
 GPU_PAIRS, CPU_PAIRS = 16, 5  # enough calls for a median that one delayed call cannot move

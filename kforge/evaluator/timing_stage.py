@@ -14,7 +14,7 @@ from typing import Any
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
-from kforge.evaluator.children import Child, Slot
+from kforge.evaluator.children import Child
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import (
     check_samples,
@@ -25,6 +25,7 @@ from kforge.evaluator.judge import (
 )
 from kforge.evaluator.recheck import TwinFailed, paired_calls
 from kforge.evaluator.reference import BUDGET_MIN_CALLS, Reference, fresh_seeds, timed_order
+from kforge.evaluator.slot import Slot
 from kforge.evaluator.timing_check import Clock, TimingCheck, check_timing, parent_ms_per_call, recheck_timing
 from kforge.evaluator.verdict import Status, Verdict
 

@@ -15,12 +15,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kforge.evaluator import sandbox
 from kforge.evaluator.arena import Arena
 from kforge.evaluator.freeze import frozen
 from kforge.evaluator.wire import SMALL_MESSAGE, FrameReader, WireError, decode, send_pickle
+
+if TYPE_CHECKING:  # annotations only
+    from torch import Tensor
 
 _LEN = struct.Struct("<I")
 _KFORGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -226,14 +229,15 @@ class Child:
         except OSError:
             pass  # the child died at once; recv() reports it
 
-    def read(self, meta: list[Any], slots: list[Any], where: Any, plain: list[Any] | None = None) -> list[Any]:
+    def read(self, meta: list[Any], slots: list[Any], where: str | list[Tensor | None],
+             plain: list[Any] | None = None) -> list[Any]:
         """The outputs the child copied into its arena, read by this process while every process of the
         child is stopped (freeze.py): nothing it runs can see or change what is read."""
         assert self.arena is not None
         with frozen(self.pid, self.cgroup):
             return self.arena.read(meta, slots, where, plain)
 
-    def send(self, obj: Any) -> None:
+    def send(self, obj: object) -> None:
         try:
             send_pickle(self.wfd, obj)
         except OSError:

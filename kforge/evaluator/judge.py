@@ -124,7 +124,7 @@ _PATCHED = frozenset(f"patched:{name}" for name in P.WATCHED + P.LAUNCHERS)
 _DENIED = P.DENIED_EVENTS | P.CODE_EVENTS | {"open:fd"}
 
 
-def _numel(m: Any) -> int:
+def _numel(m: list[Any] | None) -> int:
     n = 1
     for d in (m[0] if m else []):
         n *= int(d)
@@ -160,7 +160,7 @@ def compare_positions(meta: list[Any], points: int, gen: torch.Generator) -> lis
     return out
 
 
-def meta_mismatch(got: Any, want: list[Any]) -> str:
+def meta_mismatch(got: object, want: list[Any]) -> str:
     """'' when the answer's outputs have the reference's count, shapes and dtypes."""
     if not isinstance(got, list) or len(got) != len(want):
         return f"returned {len(got) if isinstance(got, list) else '?'} outputs, expected {len(want)}"
@@ -173,7 +173,7 @@ def meta_mismatch(got: Any, want: list[Any]) -> str:
     return ""
 
 
-def _said(got: Any, want: list[Any]) -> str:
+def _said(got: object, want: list[Any]) -> str:
     """The shape and dtype the child claimed, as the parent writes them: no number larger than the expected
     output's size (`#`), no more dimensions than it has and two, a dtype only when torch has one by that name.
     The claim is the child's text and reaches the prompt (a shape's digits could spell what it read)."""

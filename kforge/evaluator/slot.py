@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from kforge.evaluator.children import Zygote
 from kforge.evaluator.gate import DeviceGate
@@ -50,11 +50,11 @@ class Slot:
 
         return f"{self.gpu_name}|torch{torch.__version__}"
 
-    def timing(self) -> Any:
+    def timing(self) -> contextlib.AbstractContextManager[object]:
         """Held while a child is timed: no other GPU work of the pool runs on this device meanwhile."""
         return self.gate.exclusive() if self.gate is not None else contextlib.nullcontext()
 
-    def starting(self) -> Any:
+    def starting(self) -> contextlib.AbstractContextManager[object]:
         """Held from before a child's fork (before the gate's shared hold) to its READY; never asked for while
         holding the gate: a start-up waiting behind a timer must not be what a shared holder waits for."""
         if self.startups is None:
@@ -75,6 +75,6 @@ class Slot:
             spawned = spawn()
             return spawned, starting, setting_up.pop_all()
 
-    def gpu_work(self) -> Any:
+    def gpu_work(self) -> contextlib.AbstractContextManager[object]:
         """Held while a child does any other GPU work (start-up, trials, a reference run): several at once."""
         return self.gate.shared() if self.gate is not None else contextlib.nullcontext()

@@ -201,6 +201,7 @@ def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recomput
              autocast: bool = False, pack: bool = False) -> dict[str, Any]:
     from kforge.learner.learner import Learner
     from kforge.learner.packing import padding_share
+    from kforge.rollout.base import SamplingParams
 
     response = min(seq // 2, 4096)
     mean = seq if args.lengths == "same" else 0.625 * seq  # mixed: lengths from seq/4 to seq
@@ -215,7 +216,8 @@ def run_case(args: argparse.Namespace, arch: str, quant: str, seq: int, recomput
         model, body, head = build_model(arch, args.device, quant)
         # The longest sample is the model's context: what an `auto` share sizes a row by beside the budget.
         cfg = learner_config(args, response, recompute, chunk, autocast, pack, longest=seq)
-        learner = Learner(cfg, device=args.device, model=model)
+        # Scored as sampled at temperature 1 without truncation; the response budget is dr_grpo's constant.
+        learner = Learner(cfg, device=args.device, model=model, sampling=SamplingParams(max_tokens=response))
         row.update(estimate(learner, cfg, recompute))
         if cuda:  # the peak of training, not of building the bf16 model before quantising it
             torch.cuda.reset_peak_memory_stats()

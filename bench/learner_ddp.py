@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from kforge.config.schema import KforgeConfig  # noqa: E402
 from kforge.credit.samples import Sample  # noqa: E402
+from kforge.rollout.base import SamplingParams  # noqa: E402
 from kforge.train.learner_proc import LearnerProcess, LearnerService  # noqa: E402
 
 
@@ -87,7 +88,8 @@ def main() -> None:
     print(f"{'ranks':>5} {'step s':>8} {'tokens/s':>10} {'peak GiB':>9} {'max |dW| vs 1 rank':>20}")
     for world in sorted({1, args.gpus}):
         devices = [] if args.smoke else list(range(world))
-        proc = LearnerProcess(cfg, devices, total_steps=args.steps, factory="learner_ddp:BenchLearner",
+        proc = LearnerProcess(cfg, devices, total_steps=args.steps, sampling=SamplingParams(max_tokens=args.seq),
+                              factory="bench.learner_ddp:BenchLearner",
                               factory_kwargs={"arch": args.arch}, cpu_ranks=world, start_timeout_s=1800)
         try:
             times = []

@@ -119,7 +119,9 @@ def main() -> int:
         engine = VLLMBackend(tok, engine_kwargs, devices=[0], log_path=str(work / "vllm_worker.log"))
         start = {"engine start s": time.time() - t, "mem after engine start": mem.now()}
         t = time.time()
-        learner = LearnerProcess(cfg, visible_devices="0", total_steps=args.steps)
+        # The learner scores tokens under what the engine samples with below.
+        learner = LearnerProcess(cfg, [0], total_steps=args.steps,
+                                 sampling=SamplingParams(max_tokens=args.tokens, temperature=1.0))
         start.update({"learner start s": time.time() - t, "mem after learner start": mem.now()})
         try:
             for step in range(args.steps):

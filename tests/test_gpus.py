@@ -64,14 +64,15 @@ def test_every_role_maps_logical_indices_through_one_function(monkeypatch):
     started = []
     monkeypatch.setattr(learner_proc, "ServedProcess", fake_served(started))
     from kforge.config.schema import KforgeConfig
+    from kforge.rollout.base import SamplingParams
 
-    learner_proc.LearnerProcess(KforgeConfig(), [1])
+    learner_proc.LearnerProcess(KforgeConfig(), [1], sampling=SamplingParams())
     assert [(s["env"], s["kwargs"]["device"]) for s in started] == [({"CUDA_VISIBLE_DEVICES": "1"}, "cuda")]
     started.clear()  # two ranks (a colocated plan on two GPUs): each rank sees its own GPU only
-    learner_proc.LearnerProcess(KforgeConfig(), [0, 1])
+    learner_proc.LearnerProcess(KforgeConfig(), [0, 1], sampling=SamplingParams())
     assert {s["name"]: s["env"]["CUDA_VISIBLE_DEVICES"] for s in started} == {"learner": "3", "learner rank 1": "1"}
     with pytest.raises(gpus.GpuIndexError, match="GPU 2 does not exist: 2 GPU"):
-        learner_proc.LearnerProcess(KforgeConfig(), [2])
+        learner_proc.LearnerProcess(KforgeConfig(), [2], sampling=SamplingParams())
     assert list(inspect.signature(learner_proc.LearnerProcess).parameters)[1] == "devices"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import shutil
@@ -15,15 +14,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kforge.evaluator import sandbox
 from kforge.evaluator.arena import Arena
 from kforge.evaluator.freeze import frozen
-from kforge.evaluator.gate import DeviceGate
 from kforge.evaluator.wire import SMALL_MESSAGE, FrameReader, WireError, decode, send_pickle
+
+if TYPE_CHECKING:  # annotations only
+    from torch import Tensor
 
 _LEN = struct.Struct("<I")
 _KFORGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -229,14 +229,15 @@ class Child:
         except OSError:
             pass  # the child died at once; recv() reports it
 
-    def read(self, meta: list[Any], slots: list[Any], where: Any, plain: list[Any] | None = None) -> list[Any]:
+    def read(self, meta: list[Any], slots: list[Any], where: str | list[Tensor | None],
+             plain: list[Any] | None = None) -> list[Any]:
         """The outputs the child copied into its arena, read by this process while every process of the
         child is stopped (freeze.py): nothing it runs can see or change what is read."""
         assert self.arena is not None
         with frozen(self.pid, self.cgroup):
             return self.arena.read(meta, slots, where, plain)
 
-    def send(self, obj: Any) -> None:
+    def send(self, obj: object) -> None:
         try:
             send_pickle(self.wfd, obj)
         except OSError:
@@ -334,67 +335,3 @@ def _give(path: str, ids: tuple[int, int], recursive: bool) -> None:
                     os.chown(os.path.join(root, name), *ids, follow_symlinks=False)
     except OSError:
         pass
-
-
-T = TypeVar("T")
-
-
-@dataclass
-class Slot:
-    """One eval device: its zygote, its gate (gate.py: timing alone, other GPU work shared) and its name."""
-
-    index: int | None  # CUDA index (after CUDA_VISIBLE_DEVICES) or None for CPU
-    zygote: Zygote
-    gpu_name: str = "cpu"
-    gate: DeviceGate | None = None  # a GPU's own; the CPU has none (its timing means nothing to protect)
-    # At most this many children starting at once (evaluator.startups_per_gpu; None: no limit). The driver makes
-    # CUDA contexts one at a time: 16 children starting together held the gate ~2.8 s each on an H100 (0.24 s
-    # alone) and every timer waited for them all; waiting here holds nothing.
-    startups: threading.BoundedSemaphore | None = None
-
-    def __post_init__(self) -> None:
-        if self.gate is None and self.on_gpu:
-            self.gate = DeviceGate()
-
-    @property
-    def device(self) -> str:
-        return "cpu" if self.index is None else "cuda"
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.index is not None
-
-    @property
-    def tag(self) -> str:
-        import torch
-
-        return f"{self.gpu_name}|torch{torch.__version__}"
-
-    def timing(self) -> Any:
-        """Held while a child is timed: no other GPU work of the pool runs on this device meanwhile."""
-        return self.gate.exclusive() if self.gate is not None else contextlib.nullcontext()
-
-    def starting(self) -> Any:
-        """Held from before a child's fork (before the gate's shared hold) to its READY; never asked for while
-        holding the gate: a start-up waiting behind a timer must not be what a shared holder waits for."""
-        if self.startups is None:
-            return contextlib.nullcontext()
-        if self.gate is not None and self.gate.holding() is not None:
-            raise RuntimeError("a start-up slot asked for while this thread holds the gate")
-        return self.startups
-
-    def start_up(self, spawn: Callable[[], T]) -> tuple[T, contextlib.ExitStack, contextlib.ExitStack]:
-        """`spawn()` (a fork) under a start-up slot, then the gate's shared hold (that order: no deadlock).
-        Returns its result, the slot's stack (close it at READY) and the shared hold's (closing it gives the
-        slot back too); a fork that fails gives both back."""
-        starting = contextlib.ExitStack()
-        starting.enter_context(self.starting())
-        with contextlib.ExitStack() as setting_up:
-            setting_up.push(starting)
-            setting_up.enter_context(self.gpu_work())
-            spawned = spawn()
-            return spawned, starting, setting_up.pop_all()
-
-    def gpu_work(self) -> Any:
-        """Held while a child does any other GPU work (start-up, trials, a reference run): several at once."""
-        return self.gate.shared() if self.gate is not None else contextlib.nullcontext()

@@ -12,8 +12,9 @@ from typing import Any
 
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator.arena import Arena
-from kforge.evaluator.children import CgroupFactory, Child, Slot
+from kforge.evaluator.children import CgroupFactory, Child
 from kforge.evaluator.contention import GpuActivity
+from kforge.evaluator.slot import Slot
 
 _SALT_LOCK = threading.Lock()
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from kforge.evaluator import protocol as P
 from kforge.evaluator.arena import Where
 from kforge.evaluator.children import Child, ProtocolViolation
-from kforge.evaluator.judge import Clock
+from kforge.evaluator.timing_check import Clock
 
 
 class ChildError(Exception):

@@ -31,12 +31,13 @@ from typing import Any
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
 from kforge.evaluator.arena import Arena
-from kforge.evaluator.children import Child, Slot
+from kforge.evaluator.children import Child
 from kforge.evaluator.compare import compare_outputs
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import judge_trials, meta_mismatch, shows_compiled
 from kforge.evaluator.own_text import candidate_error, own_words
 from kforge.evaluator.reference import Reference, decoy_place, fresh_seeds, trial_order
+from kforge.evaluator.slot import Slot
 from kforge.evaluator.timing_stage import TimingStage
 from kforge.evaluator.verdict import Status, Verdict
 from kforge.kernel_backends import KERNEL_BACKENDS

@@ -26,7 +26,7 @@ from kforge.config.paths import cache_root
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import layers, sandbox
 from kforge.evaluator import protocol as P
-from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Slot, Zygote
+from kforge.evaluator.children import CgroupFactory, ProtocolViolation, Zygote
 from kforge.evaluator.contention import GpuActivity
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.examine import Examination
@@ -34,6 +34,7 @@ from kforge.evaluator.feedback import write_feedback
 from kforge.evaluator.judge import file_timings, judge_speed, timings_from
 from kforge.evaluator.own_text import candidate_error
 from kforge.evaluator.reference import ReferenceCache
+from kforge.evaluator.slot import Slot
 from kforge.evaluator.static.static_check import check_source
 from kforge.evaluator.verdict import Status, Timings, Verdict
 from kforge.kernel_backends import KERNEL_BACKENDS, cpu_backends, names

@@ -6,7 +6,7 @@ measured on an idle machine and compared with a candidate timed under load (anot
 CI machine), an honest kernel's least wall time per call exceeds the reference's by more than any slack, and
 it was flagged `timing_inconsistent` (3 % of honest kernels on an H200 beside a second pool; CI on a busy
 2-core machine). Load falls on both sides of a pair alike, so the flag is kept only when the candidate still
-disagrees with its twin call by call (judge.recheck_timing). Each pair's inputs are fresh and the candidate's
+disagrees with its twin call by call (timing_check.recheck_timing). Each pair's inputs are fresh and the candidate's
 outputs are compared with its twin's at positions nobody else knows: the re-measured calls are checked like
 every other timed call, their launch evidence included (a pause while the twin starts tells the candidate it
 is re-measured: outputs PyTorch finished only then are judged as in any call, timing_stage._recheck). A twin
@@ -23,10 +23,12 @@ import torch
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
 from kforge.evaluator.arena import Where
-from kforge.evaluator.children import Child, Slot
+from kforge.evaluator.children import Child
 from kforge.evaluator.context import PoolContext
-from kforge.evaluator.judge import Clock, sample_positions
+from kforge.evaluator.judge import sample_positions
 from kforge.evaluator.reference import await_ready, fresh_seeds, start_reference
+from kforge.evaluator.slot import Slot
+from kforge.evaluator.timing_check import Clock
 
 GPU_PAIRS, CPU_PAIRS = 16, 5  # enough calls for a median that one delayed call cannot move
 

@@ -38,10 +38,12 @@ import torch
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
 from kforge.evaluator.arena import Arena, layout
-from kforge.evaluator.children import Child, ProtocolViolation, Slot
+from kforge.evaluator.children import Child, ProtocolViolation
 from kforge.evaluator.context import PoolContext, sha
 from kforge.evaluator.feedback import clean_error
-from kforge.evaluator.judge import Clock, compare_positions, meta_bytes, sample_positions
+from kforge.evaluator.judge import compare_positions, meta_bytes, sample_positions
+from kforge.evaluator.slot import Slot
+from kforge.evaluator.timing_check import Clock
 from kforge.problems.record import Problem
 
 TRUSTED_BOUND = 1 << 40  # the reference child runs no candidate code: its answers are not size-capped

@@ -14,22 +14,19 @@ from typing import Any
 from kforge.config.schema import EvaluatorConfig
 from kforge.evaluator import drive
 from kforge.evaluator import protocol as P
-from kforge.evaluator.children import Child, Slot
+from kforge.evaluator.children import Child
 from kforge.evaluator.context import PoolContext
 from kforge.evaluator.judge import (
-    Clock,
-    TimingCheck,
     check_samples,
-    check_timing,
     finished_by_pytorch,
     finished_elsewhere_flags,
-    parent_ms_per_call,
-    recheck_timing,
     timed_evidence_flags,
     timings_from,
 )
 from kforge.evaluator.recheck import TwinFailed, paired_calls
 from kforge.evaluator.reference import BUDGET_MIN_CALLS, Reference, fresh_seeds, timed_order
+from kforge.evaluator.slot import Slot
+from kforge.evaluator.timing_check import Clock, TimingCheck, check_timing, parent_ms_per_call, recheck_timing
 from kforge.evaluator.verdict import Status, Verdict
 
 

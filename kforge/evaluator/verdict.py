@@ -48,7 +48,7 @@ class Verdict:
     baseline: Timings | None = None
     speedup: float | None = None  # baseline mean / kernel_ms; None when not timed
     # The per-call time the speedup is computed from: the mean reported time, raised to what the
-    # parent's own clock allows when the two disagree (judge.check_timing).
+    # parent's own clock allows when the two disagree (timing_check.check_timing).
     kernel_ms: float | None = None
     flags: list[str] = field(default_factory=list)  # reward-hacking findings; any flag voids the reward
     compile_s: float = 0.0

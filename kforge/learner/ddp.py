@@ -17,11 +17,14 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from kforge.learner.sums import Sums
+
+if TYPE_CHECKING:  # annotations only
+    from kforge.credit.samples import Sample
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Ranks:
             )
             self._dist = dist
 
-    def shard(self, samples: list[Any]) -> list[Any]:
+    def shard(self, samples: list[Sample]) -> list[Sample]:
         """This rank's samples of a minibatch, balanced by tokens (prompt + response: what a forward costs)."""
         if self._dist is None:
             return samples

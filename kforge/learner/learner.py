@@ -1,27 +1,24 @@
 """The learner: one GRPO-family update of a LoRA adapter per batch of samples.
 
 ``train_step`` splits the batch into ``learner.num_substeps`` minibatches (one optimiser step each),
-packs each minibatch into micro-batches under ``learner.micro_batch_tokens`` (padded rows x length, or
-real tokens of one packed row with ``learner.pack``, see kforge.learner.packing),
-accumulates gradients over the micro-batches, clips the gradient norm and steps AdamW and the
-learning-rate schedule.
+accumulates each minibatch's gradients over its micro-batches (kforge.learner.accumulation: the plan under
+``learner.micro_batch_tokens``, the loss, the out-of-memory retry, the old log-probs), clips the gradient
+norm and steps AdamW and the learning-rate schedule (once per optimiser step, applied or skipped).
 
 Log-prob convention: ``kforge.learner.logprobs`` with the sampler's temperature and top-k/top-p (the
-run's ``SamplingParams`` record, a constructor argument), the same processing the sampler applied, so that
+run's ``SamplingParams`` record, a required constructor argument), the same processing the sampler applied, so that
 the rollout engine's log-probs (``Sample.rollout_logprobs``) and the learner's give importance ratios near 1.
 
 Guards, each reported in the metrics:
 - an optimiser step whose loss or gradient norm is not finite is skipped (``nonfinite_steps``);
 - a micro-batch that runs out of memory is retried alone, split under half the token budget, down to
-  single samples (``oom_retries``); gradients of a micro-batch are added only once its backward pass
-  completed, so nothing is counted twice and the schedule advances once per optimiser step;
+  single samples (``oom_retries``, kforge.learner.accumulation);
 - sequences with an extreme rollout/learner mismatch are dropped (``mismatch_rejected``).
 
 Dropout: the old log-probs of substeps after the first are computed in train mode under the same seeded
 dropout masks as the update's forward pass, and the first substep uses the update's own log-probs, so
-ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1). An
-out-of-memory split draws new masks for its halves, so their old log-probs are taken again under those
-masks and the adapter as the batch arrived (a LoRA-sized copy kept for the step).
+ratios measure the weight change only (with LoRA dropout the ratio at substep 0 is exactly 1); the seeds
+are drawn here, once per batch, from the global RNG that checkpoints save.
 
 KL reference: the policy the run started from: the base model (a fresh adapter is zero) or, with
 ``model.checkpoint``, a frozen second copy of that adapter.
@@ -36,15 +33,15 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from kforge.config.losses import loss_rule
 from kforge.credit.samples import Sample
 from kforge.learner import checkpoint as ckpt
 from kforge.learner import varlen
+from kforge.learner.accumulation import Accumulation
 from kforge.learner.batching import MicroBatch
 from kforge.learner.ddp import Ranks
 from kforge.learner.logprobs import response_logprobs
@@ -59,20 +56,20 @@ from kforge.learner.lora import (
     load_adapter_weights,
     load_base,
     pad_id_of,
-    release_memory,
     save_adapter_folder,
     trainable_parameters,
 )
-from kforge.learner.losses import aggregate, mismatch_rejected, reduction_for, regularised_token_loss
-from kforge.learner.packing import collate_any, plan
 from kforge.learner.recompute import choose_for
-from kforge.learner.rng import dropout_masks, mix_seed
+from kforge.learner.rng import mix_seed
 from kforge.learner.schedule import make_scheduler
-from kforge.learner.sums import METRIC_KEYS, Done, Sums, step_metrics
-from kforge.rollout.base import SamplingParams
+from kforge.learner.sums import METRIC_KEYS, Sums, step_metrics
 
-if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
+if TYPE_CHECKING:  # annotations only: the config stack (pydantic) and transformers are not needed at run time here
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from kforge.config.schema import KforgeConfig
+    from kforge.rollout.base import SamplingParams
 
 log = logging.getLogger("kforge.learner")
 
@@ -85,7 +82,9 @@ class Learner:
     ``model``/``tokenizer`` may be given (a transformers causal LM, or an existing PeftModel);
     otherwise they are loaded from ``cfg.model`` via kforge.modelio. ``cfg.model.checkpoint`` names an
     adapter folder (or a learner checkpoint) whose adapter weights the run starts from.
-    ``total_steps`` (train_step calls) overrides ``cfg.max_steps`` for the schedule. ``ranks``: this
+    ``total_steps`` (train_step calls) overrides ``cfg.max_steps`` for the schedule. ``sampling``: the sampler's
+    settings (temperature, top-k/top-p, max_tokens), required: the learner scores every token under the
+    distribution it was sampled from, and a caller outside a run states the one it means. ``ranks``: this
     process's place in a data-parallel group (kforge.learner.ddp); none is one rank.
     """
 
@@ -93,15 +92,15 @@ class Learner:
         self,
         cfg: KforgeConfig,
         device: str = "cpu",
-        model: Any = None,
-        tokenizer: Any = None,
+        model: PreTrainedModel | PeftModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         total_steps: int | None = None,
-        sampling: SamplingParams | None = None,
+        *,
+        sampling: SamplingParams,
         ranks: Ranks | None = None,
         reserve_gib: float = 0.0,
     ) -> None:
-        r = cfg.rollout  # without the run's sampling record (a learner outside a run): temperature 1
-        s = self.sampling = sampling or SamplingParams(r.max_tokens, 1.0, r.top_p, r.top_k)
+        s = self.sampling = sampling
         if s.temperature <= 0:
             raise LearnerError(f"learner temperature {s.temperature}: must be > 0 (use 1.0 for greedy rollouts)")
         self.cfg = cfg
@@ -145,7 +144,6 @@ class Learner:
             raise LearnerError(str(exc)) from None
         self.version = 0  # train_step calls so far (adapter version)
         self.optimizer_steps = 0
-        self._arrival: list[Tensor] | None = None
 
     # ------------------------------------------------------------------ training
 
@@ -174,16 +172,16 @@ class Learner:
         # Drawn from the global RNG (saved in checkpoints), so a resumed run draws the same masks.
         seed = self.ranks.broadcast_int(int(torch.randint(0, 2**31 - 1, (1,)).item()) if self.dropout else None)
 
-        # The adapter as the batch arrived (LoRA only: small), for old log-probs redone after an OOM split.
-        self._arrival = [p.detach().clone() for p in self.params] if self.dropout and n_mini > 1 else None
-        old_logps = self._old_logprobs(minibatches, seed) if n_mini > 1 else None
+        # The micro-batches of each minibatch, and the old log-probs under their plan (kforge.learner.accumulation).
+        work = Accumulation(self, keep_arrival=self.dropout and n_mini > 1)
+        old_logps = work.old_logprobs(minibatches, seed) if n_mini > 1 else None
         sums, stats = Sums(), {"loss": 0.0, "grad_norm": 0.0, "grad_norm_max": 0.0, "tokens": 0.0}
         applied = skipped = 0
         for m, mini in enumerate(minibatches):
             self.optimizer.zero_grad(set_to_none=True)
             # Minibatch 0 meets the weights the batch arrived at: its own log-probs are the old ones.
             old = old_logps[m] if old_logps is not None and m > 0 else None
-            loss_value = self.ranks.sum_floats([self._accumulate(mini, old, sums, stats, mix_seed(seed, m))])[0]
+            loss_value = self.ranks.sum_floats([work.minibatch(mini, old, sums, stats, mix_seed(seed, m))])[0]
             self.ranks.sum_grads(self.params)  # every rank now holds the whole minibatch's gradient
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, lc.grad_clip).item())
             if math.isfinite(loss_value) and math.isfinite(norm):
@@ -207,138 +205,8 @@ class Learner:
         elapsed = time.perf_counter() - started
         return step_metrics(sums, stats, applied, len(samples), elapsed, self._lr(), self.optimizer_steps, self.version)
 
-    def _accumulate(self, mini: list[Sample], old: list[Tensor] | None, sums: Sums, stats: dict[str, float],
-                    seed: int | None) -> float:
-        """Forward/backward over the micro-batches of one minibatch; returns its loss."""
-        lc = self.cfg.learner
-        # The normalisers are the whole minibatch's, summed over the ranks' shards.
-        tokens, seqs = self.ranks.sum_floats([float(sum(len(s.response_ids) for s in mini)), float(len(mini))])
-        totals = dict(total_tokens=tokens, total_seqs=seqs, const_len=float(self.sampling.max_tokens))
-        loss_total = 0.0
-        for j, indices in enumerate(plan([s.num_tokens for s in mini], lc.micro_batch_tokens, self.pack)):
-            for done in self._micro_with_retry(mini, indices, old, totals, mix_seed(seed, j), lc.micro_batch_tokens, sums):
-                for p, g in zip(self.params, done.grads):
-                    if g is not None:
-                        p.grad = g if p.grad is None else p.grad.add_(g)
-                done.record(sums, stats)
-                loss_total += done.loss
-        return loss_total
-
-    def _micro_with_retry(self, mini: list[Sample], indices: list[int], old: list[Tensor] | None,
-                          totals: dict[str, float], seed: int | None, budget: int, sums: Sums) -> list[Done]:
-        """One micro-batch; out of memory, the same samples again in micro-batches under half the budget."""
-        try:
-            return [self._micro(mini, indices, old, totals, seed)]
-        except torch.OutOfMemoryError:
-            if len(indices) == 1:
-                raise
-        release_memory(self.device)
-        sums.count("oom_retries", 1.0)
-        half = max(1, budget // 2)
-        parts = plan([mini[i].num_tokens for i in indices], half, self.pack)
-        if len(parts) == 1:  # the halved budget still fits them all: split the rows in two
-            parts = [list(range(len(indices) // 2)), list(range(len(indices) // 2, len(indices)))]
-        out: list[Done] = []
-        for k, part in enumerate(parts):
-            part_indices, part_seed = [indices[i] for i in part], mix_seed(seed, 1000 + k)
-            if old is not None and self._arrival is not None:
-                # New micro-batches draw new dropout masks: their old log-probs must be taken under the
-                # same masks (and the arrival weights), or the ratio measures the masks, not the update.
-                self._redo_old_logprobs(mini, part_indices, part_seed, old)
-            out += self._micro_with_retry(mini, part_indices, old, totals, part_seed, half, sums)
-        return out
-
-    def _micro(self, mini: list[Sample], indices: list[int], old: list[Tensor] | None,
-               totals: dict[str, float], seed: int | None) -> Done:
-        """Loss and gradients of one micro-batch. Nothing is written to the parameters' .grad here."""
-        lc = self.cfg.learner
-        mode = reduction_for(lc.loss_fn, lc.loss_aggregation)
-        batch = collate_any(mini, indices, self.pad_id, self.device, self.pack)
-        mask = batch.response_mask
-        ref = self._reference_logprobs(batch) if lc.kl_coef > 0 else None
-        self.model.train()
-        with dropout_masks(seed, self.device):
-            logp, entropy = self.logprobs(batch, entropy=True, entropy_grad=lc.entropy_coef > 0)
-        old_lp = self._gather_old(old, batch, logp) if old is not None else logp.detach()
-        rollout = torch.where(batch.has_rollout, batch.rollout_logprobs, old_lp)
-        rejected = mismatch_rejected(old_lp, rollout, mask, batch.has_rollout,
-                                     max_ratio=lc.mismatch_reject_ratio, token_veto=lc.mismatch_token_veto)
-        # Rejected sequences add nothing; the normaliser (totals) still counts them.
-        keep = mask & ~rejected.unsqueeze(-1)
-
-        tl, kl = regularised_token_loss(
-            lc.loss_fn, logp, old_lp, rollout, batch.advantages, mask, ref,
-            kl_coef=lc.kl_coef, kl_estimator=lc.kl_estimator, kl_discount=lc.kl_discount,
-            clip_low=lc.clip_low, clip_high=lc.clip_high, is_clip=lc.is_clip,
-        )
-        loss = aggregate(tl.loss, keep, mode, **totals)
-        if lc.entropy_coef > 0:
-            loss = loss - lc.entropy_coef * aggregate(entropy, keep, mode, **totals)
-        grads = [*torch.autograd.grad(loss, self.params, allow_unused=True)] if loss.requires_grad else [None] * len(self.params)
-        loss_value = float(loss.detach().item())
-
-        def record(sums: Sums, stats: dict[str, float]) -> None:
-            sums.tokens += float(mask.sum().item())
-            stats["tokens"] += float(batch.real_tokens)
-            sums.add("kl", kl, mask)
-            sums.add("entropy", entropy, mask)
-            sums.add("clipped", tl.clipped.float(), mask)
-            sums.count("mismatch_rejected", float(rejected.sum().item()))
-            is_mask, truncated_is = mask & batch.has_rollout, loss_rule(lc.loss_fn).surrogate == "truncated_is"
-            sums.count("_is_tokens", float(is_mask.sum().item()))
-            sums.add("is_ratio", tl.ratio if truncated_is else torch.exp(old_lp - rollout), is_mask)
-            sums.add("is_clipped", tl.is_clipped.float(), is_mask)
-            sums.add("logp_diff", (old_lp - rollout).abs(), is_mask)
-
-        return Done(loss_value, grads, record)
-
     @torch.no_grad()
-    def _old_logprobs(self, minibatches: list[list[Sample]], seed: int | None) -> list[list[Tensor]]:
-        """Log-probs of every response under the weights the batch arrived at (before any substep), in
-        train mode with the dropout masks the update's forward pass will draw (same seeds, same plan)."""
-        out: list[list[Tensor]] = []
-        for m, mini in enumerate(minibatches):
-            per_sample: list[Tensor] = [torch.empty(0)] * len(mini)
-            if m > 0:  # minibatch 0 uses the update's own log-probs
-                lengths = [s.num_tokens for s in mini]
-                for j, indices in enumerate(plan(lengths, self.cfg.learner.micro_batch_tokens, self.pack)):
-                    self._rows_logprobs(mini, indices, mix_seed(mix_seed(seed, m), j), per_sample)
-            out.append(per_sample)
-        self.model.eval()
-        return out
-
-    @torch.no_grad()
-    def _rows_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, into: list[Tensor]) -> None:
-        """Train-mode log-probs of ``mini[indices]`` as one micro-batch under ``seed``'s dropout masks."""
-        self.model.train()
-        batch = collate_any(mini, indices, self.pad_id, self.device, self.pack)
-        with dropout_masks(seed, self.device):
-            logp, _ = self.logprobs(batch)
-        for row, i in enumerate(indices):
-            into[i] = logp[row, logp.shape[1] - len(mini[i].response_ids):].clone()
-
-    @torch.no_grad()
-    def _redo_old_logprobs(self, mini: list[Sample], indices: list[int], seed: int | None, old: list[Tensor]) -> None:
-        """Old log-probs of ``mini[indices]`` again, under the arrival weights and ``seed``'s masks."""
-        current = [p.detach().clone() for p in self.params]
-        try:
-            for p, a in zip(self.params, self._arrival or []):
-                p.copy_(a)
-            self._rows_logprobs(mini, indices, seed, old)
-        finally:
-            for p, c in zip(self.params, current):
-                p.copy_(c)
-
-    @staticmethod
-    def _gather_old(old: list[Tensor], batch: MicroBatch, like: Tensor) -> Tensor:
-        result = torch.zeros_like(like)
-        for row, i in enumerate(batch.indices):
-            k = old[i].shape[0]
-            result[row, like.shape[1] - k:] = old[i]
-        return result.detach()
-
-    @torch.no_grad()
-    def _reference_logprobs(self, batch: MicroBatch) -> Tensor:
+    def reference_logprobs(self, batch: MicroBatch) -> Tensor:
         """Log-probs under the starting policy: the frozen reference adapter, else the base model (the same
         network with the adapter switched off; a fresh adapter is zero, so that is where the run started)."""
         was_training = self.model.training

@@ -12,7 +12,10 @@ import torch
 
 from kforge.modelio import peft_wrapping
 
-if TYPE_CHECKING:  # the config stack (pydantic) is not needed at run time here
+if TYPE_CHECKING:  # annotations only: the config stack (pydantic), PEFT and transformers are imported where used
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from kforge.config.schema import KforgeConfig
 
 
@@ -33,7 +36,7 @@ def adapter_folder(path: str | Path) -> Path:
     )
 
 
-def load_base(cfg: KforgeConfig, device: str) -> tuple[Any, Any]:
+def load_base(cfg: KforgeConfig, device: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Base model and tokenizer from the config (bf16 on a GPU, fp32 on the CPU, or 4-bit)."""
     from kforge.modelio import ModelLoadError, load_causal_lm, load_tokenizer, resolve_model
 
@@ -50,11 +53,11 @@ def load_base(cfg: KforgeConfig, device: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def is_quantized(model: Any) -> bool:
+def is_quantized(model: torch.nn.Module) -> bool:
     return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_quantized", False))
 
 
-def attach_lora(model: Any, cfg: KforgeConfig) -> Any:
+def attach_lora(model: PreTrainedModel | PeftModel, cfg: KforgeConfig) -> PeftModel:
     """Wrap ``model`` with a fresh adapter from ``cfg.lora``, or with the adapter in ``cfg.model.checkpoint``
     (whose own adapter_config.json then decides rank and targets). A model that already is a PeftModel
     is used as it is."""
@@ -95,19 +98,19 @@ def attach_lora(model: Any, cfg: KforgeConfig) -> Any:
 REFERENCE_ADAPTER = "reference"
 
 
-def attach_reference(model: Any, checkpoint: str | Path) -> str:
+def attach_reference(model: PeftModel, checkpoint: str | Path) -> str:
     """Load the adapter a run starts from a second time, frozen, as the KL reference (the starting policy,
     not the bare base model). Returns its adapter name; the trainable adapter stays active."""
     model.load_adapter(str(adapter_folder(checkpoint)), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
     return REFERENCE_ADAPTER
 
 
-def has_dropout(model: Any) -> bool:
+def has_dropout(model: torch.nn.Module) -> bool:
     """Any active dropout in train mode (LoRA dropout, or the base model's own)."""
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
-def enable_gradient_checkpointing(model: Any, share: float = 1.0) -> int:
+def enable_gradient_checkpointing(model: PreTrainedModel | PeftModel, share: float = 1.0) -> int:
     """Recompute the activations of `share` of the decoder layers in the backward pass; returns how many.
 
     Recomputing a layer costs one more forward of it (a third of its training FLOPs) and saves its stored
@@ -130,16 +133,16 @@ def enable_gradient_checkpointing(model: Any, share: float = 1.0) -> int:
     return len(layers) - keep
 
 
-def checkpointed_layers(model: Any) -> list[Any]:
+def checkpointed_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's layers that recompute in backward, in forward order (transformers' own flag per layer)."""
     return [m for m in model.modules() if _is_layer(m) and m.gradient_checkpointing]
 
 
-def _is_layer(module: Any) -> bool:
+def _is_layer(module: torch.nn.Module) -> bool:
     return any(k.__name__ == "GradientCheckpointingLayer" for k in type(module).__mro__)
 
 
-def load_adapter_weights(model: Any, folder: str | Path) -> None:
+def load_adapter_weights(model: PeftModel, folder: str | Path) -> None:
     """Copy the weights of a saved adapter into the model's active adapter (same rank and targets)."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -156,15 +159,15 @@ def load_adapter_weights(model: Any, folder: str | Path) -> None:
         raise LearnerError(f"adapter {folder}: weights for layers this model lacks, e.g. {unexpected[0]}")
 
 
-def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def is_quantized_model(model: Any) -> bool:
+def is_quantized_model(model: torch.nn.Module) -> bool:
     return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "hf_device_map", None))
 
 
-def pad_id_of(tokenizer: Any, model: Any) -> int:
+def pad_id_of(tokenizer: PreTrainedTokenizerBase | None, model: torch.nn.Module) -> int:
     """Any valid id works (pads are masked out); prefer the tokenizer's pad, then eos, then 0."""
     for source in (tokenizer, getattr(model, "config", None)):
         for name in ("pad_token_id", "eos_token_id"):
@@ -182,7 +185,7 @@ def release_memory(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def bf16_compute(model: Any, device: torch.device, on: bool) -> Iterator[None]:
+def bf16_compute(model: torch.nn.Module, device: torch.device, on: bool) -> Iterator[None]:
     """With ``on``, bf16 autocast (``learner.bf16_autocast``): the adapter and AdamW stay fp32 (master weights)
     while the matmuls run in bf16. PEFT casts a LoRA layer's input to the adapter's dtype first; that fp32
     copy would be cast back to bf16 and saved for backward beside the base layer's own input, so the cast
@@ -196,7 +199,7 @@ def bf16_compute(model: Any, device: torch.device, on: bool) -> Iterator[None]:
         yield
 
 
-def save_adapter_folder(model: Any, adapter: str, folder: str | Path, dtype: str | None = None) -> None:
+def save_adapter_folder(model: PeftModel, adapter: str, folder: str | Path, dtype: str | None = None) -> None:
     """``adapter`` as a PEFT folder (adapter_config.json + adapter_model.safetensors); with ``dtype`` (e.g.
     "bfloat16") its weights are cast first: what an engine serving the base in that dtype computes with
     anyway, in half the bytes of the fp32 master weights."""

@@ -35,7 +35,12 @@ more than the bench's fixed ones), hence `SAFETY` and `SLACK`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: torch is imported where it is used, the config stack not at all
+    import torch
+
+    from kforge.config.schema import KforgeConfig
 
 GIB = 2**30
 SAFETY = 0.9  # of the GPU's memory: the allocator's fragmentation (reserved > allocated), the CUDA context
@@ -97,7 +102,7 @@ def choose_share(shape: Shape, tokens: int, chunk: int, gpu_bytes: int, reserve_
                   "(and model.max_model_len, whose longest sample is a row of its own)", estimate, fits=False)
 
 
-def shape_of(model: Any) -> Shape | None:
+def shape_of(model: torch.nn.Module) -> Shape | None:
     """The estimate's view of a (PEFT-wrapped) transformers model; None when its config lacks a size."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
@@ -110,7 +115,7 @@ def shape_of(model: Any) -> Shape | None:
     return Shape(*sizes, weight_bytes=frozen, lora_params=lora)
 
 
-def choose_for(model: Any, cfg: Any, device: Any, reserve_gib: float = 0.0) -> Choice:
+def choose_for(model: torch.nn.Module, cfg: KforgeConfig, device: torch.device | str, reserve_gib: float = 0.0) -> Choice:
     """The share for `cfg.model.recompute_share`: the number as it is, or `auto` sized for the learner's GPU
     less `reserve_gib` for other processes on it. The row: `learner.micro_batch_tokens`, or a longer sample
     alone (up to `model.max_model_len`)."""

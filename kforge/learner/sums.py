@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
 
 from torch import Tensor
 
@@ -43,7 +43,7 @@ class Done:
 
     loss: float
     grads: list[Tensor | None]
-    record: Any  # callable that adds the micro-batch's metrics to the step's sums
+    record: Callable[[Sums, dict[str, float]], None]  # adds the micro-batch's metrics to the step's sums and stats
 
 
 def step_metrics(sums: Sums, stats: dict[str, float], applied: int, samples: int, elapsed: float, lr: float,

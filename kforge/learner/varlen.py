@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 NAME = "kforge_varlen"
+Kernel = Callable[..., Tensor]  # torch's varlen_attn, whose call form changed across torch releases
 _HALF = (torch.float16, torch.bfloat16)
 
 
 @functools.cache  # asked at every attention layer of every forward: a failed import is not retried
-def _torch_varlen() -> Any:
+def _torch_varlen() -> Kernel | None:
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:  # torch before 2.9
@@ -40,17 +41,17 @@ def _torch_varlen() -> Any:
     return varlen_attn
 
 
-def _kernel(q: Tensor) -> Any:
+def _kernel(q: Tensor) -> Kernel | None:
     """torch's variable-length flash attention where it runs (CUDA, half precision), else None."""
     return _torch_varlen() if q.is_cuda and q.dtype in _HALF else None
 
 
 @functools.lru_cache(maxsize=4)
-def _parameters(kernel: Any) -> frozenset[str]:
+def _parameters(kernel: Kernel) -> frozenset[str]:
     return frozenset(inspect.signature(kernel).parameters)
 
 
-def _call_kernel(kernel: Any, q: Tensor, k: Tensor, v: Tensor, cu: Tensor, longest: int,
+def _call_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, cu: Tensor, longest: int,
                  scaling: float | None) -> Tensor | None:
     """Causal ``kernel`` over the spans, across the forms torch's varlen_attn has had: ``is_causal`` and no
     scale or GQA at first (torch 2.9), then keyword ``window_size``, ``scale`` and ``enable_gqa``. None
@@ -99,7 +100,7 @@ def _per_span(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scaling: float | None
 
 def varlen_attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
                              attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                             **kwargs: Any) -> tuple[Tensor, None]:
+                             **kwargs: Any) -> tuple[Tensor, None]:  # noqa: ANN401 - transformers' attention kwargs, passed on
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     batch, heads, length, dim = query.shape
@@ -122,7 +123,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor
     return out.reshape(batch, length, heads, dim), None
 
 
-def _mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:
+def _mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:  # noqa: ANN401 - sdpa_mask's, passed on
     """No mask for a forward without padding and without a cache (queries = keys, from position 0): a
     packed row's spans reach attention apart. sdpa's own mask for everything else (padding, a KV cache)."""
     from transformers.masking_utils import sdpa_mask
@@ -142,7 +143,7 @@ def register() -> None:
     AttentionMaskInterface.register(NAME, _mask)
 
 
-def install(model: Any) -> bool:
+def install(model: torch.nn.Module) -> bool:
     """Switch a causal LM (or a PEFT model around one) from sdpa to kforge_varlen; False, unchanged, when
     it runs another attention (eager and flash-attention handle packed rows themselves) or has sliding
     windows (whose masks come from sdpa's mask, which a row without padding skips here)."""

@@ -108,7 +108,7 @@ def build_parts(cfg: KforgeConfig, plan: Plan, run: RunFolder, total_steps: int,
             # The learner first: colocated, its weights are resident when an engine sizes itself, and vLLM
             # refuses to start when less than its share (rollout.gpu_memory_utilization) is free, rather than
             # leaving a learner that starts later short (the planner checked that both fit).
-            learner = LearnerProcess(cfg, plan.learner, total_steps, sampling, log_path=str(run.path / "learner.log"),
+            learner = LearnerProcess(cfg, plan.learner, total_steps, sampling=sampling, log_path=str(run.path / "learner.log"),
                                      reserve_gib=plan.learner_reserve_gib(cfg.evaluator.workers_per_gpu))
             engines = f"{plan.engines} rollout engines" if plan.engines > 1 else "the rollout engine"
             say(f"starting {engines} on GPU {plan.names('rollout')}")

@@ -38,7 +38,7 @@ class LearnerDied(RuntimeError):
 class LearnerService:
     """What the child serves: the Learner, with the policy version returned where it changes."""
 
-    def __init__(self, cfg_json: dict[str, Any], total_steps: int | None, sampling: SamplingParams | None = None,
+    def __init__(self, cfg_json: dict[str, Any], total_steps: int | None, sampling: SamplingParams,
                  device: str = "cuda", rendezvous: dict[str, Any] | None = None, reserve_gib: float = 0.0) -> None:
         from kforge.config.schema import KforgeConfig
         from kforge.learner.ddp import Ranks, Rendezvous
@@ -83,12 +83,13 @@ class LearnerService:
 class LearnerProcess:
     """The Learner's interface (train_step, save_adapter, save/load_checkpoint, version) over its processes."""
 
-    def __init__(self, cfg: KforgeConfig, devices: list[int], total_steps: int | None = None,
-                 sampling: SamplingParams | None = None, *, factory: str = DEFAULT_FACTORY,
+    def __init__(self, cfg: KforgeConfig, devices: list[int], total_steps: int | None = None, *,
+                 sampling: SamplingParams, factory: str = DEFAULT_FACTORY,
                  factory_kwargs: dict[str, Any] | None = None, log_path: str | None = None,
                  start_timeout_s: float = 1800.0, cpu_ranks: int = 1, reserve_gib: float = 0.0) -> None:
         """`devices`: logical GPU indices as this process sees them, one rank each; none = the CPU, with
-        `cpu_ranks` ranks (gloo: the tests of the data-parallel learner). `reserve_gib`: GPU memory the other
+        `cpu_ranks` ranks (gloo: the tests of the data-parallel learner). `sampling`: the sampler's settings,
+        which every rank's Learner scores tokens under. `reserve_gib`: GPU memory the other
         roles keep on a learner GPU while it trains (Plan.learner_reserve_gib)."""
         from kforge.learner.ddp import free_port
 

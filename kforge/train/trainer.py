@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from kforge.config.schema import KforgeConfig
 from kforge.policy.records import Trajectory, Turn
@@ -51,6 +51,7 @@ from kforge.train.stopflag import StopFlag
 from kforge.train.stream import GroupStream
 from kforge.ui.null import NullDashboard
 
+T = TypeVar("T")
 log = logging.getLogger("kforge.train")
 ROLLOUTS = "rollout + eval"  # the dashboard's name for a step's rollouts and their evaluation
 
@@ -166,11 +167,11 @@ class Trainer:
         if self.stream is not None:
             await self.stream.close()
 
-    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _off_loop(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on the learner's thread (one at a time with train_step), the loop free meanwhile."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def _watched(self, stage_work: Any, step: int, stage: str, waiting_for: Callable[[], str]) -> Any:
+    async def _watched(self, stage_work: Awaitable[T], step: int, stage: str, waiting_for: Callable[[], str]) -> T:
         """Await one stage, warning (log and dashboard) whenever nothing in it moved for `log.stall_warn_s`."""
         inflight = self.parts.runner.inflight
         return await watched(stage_work, f"step {step}: {stage}", self.cfg.log.stall_warn_s,

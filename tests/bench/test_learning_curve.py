@@ -14,7 +14,7 @@ from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.samples import Sample
 from kforge.learner.learner import Learner
 from kforge.policy.records import Trajectory, Turn
-from tiny_models import one_thread  # noqa: F401 (autouse: one intra-op thread)
+from tiny_models import learner_sampling, one_thread  # noqa: F401 (autouse: one intra-op thread)
 
 VOCAB = 16
 
@@ -84,7 +84,7 @@ def make_learner(lr: float, gamma: float = 0.0) -> Learner:
     cfg.episode.gamma = gamma
     for key, value in dict(loss_fn="dr_grpo", learning_rate=lr, warmup_steps=0, grad_clip=1.0).items():
         setattr(cfg.learner, key, value)
-    return Learner(cfg, model=tiny_model(), total_steps=10)
+    return Learner(cfg, model=tiny_model(), total_steps=10, sampling=learner_sampling(cfg))
 
 
 @torch.no_grad()

@@ -259,7 +259,7 @@ RATIO = 2.0  # EvaluatorConfig.timing_ratio's default, which every corpus run us
 
 def _has(verdict, flag: str) -> bool:
     """A flag, or one of two findings about the timing figure that are not flags (they void no reward):
-    `clamped`: the figure is the parent's clock's floor, not the report (judge.check_timing);
+    `clamped`: the figure is the parent's clock's floor, not the report (timing_check.check_timing);
     `bounded`: the speedup is at most RATIO x what the parent's clock saw (the two least walls per call)."""
     if flag == "clamped":
         return bool(verdict.details.get("timing_clamped"))

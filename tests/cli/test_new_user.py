@@ -209,13 +209,15 @@ def test_the_logs_of_every_learner_rank_and_engine_replica_are_names_a_run_folde
     """A data-parallel learner writes learner.rank1.log, ..., data-parallel engines rollout.replica1.log, ...:
     a start that failed before its first step must still be reusable under its name."""
     from fake_parts import FakeEngine, fake_served
+    from kforge.rollout.base import SamplingParams
     from kforge.rollout.factory import _replicas
     from kforge.runs.folder import written_by_run
     from kforge.train import learner_proc
 
     started, names = [], []
     monkeypatch.setattr(learner_proc, "ServedProcess", fake_served(started))
-    learner_proc.LearnerProcess(KforgeConfig(), [], log_path=str(tmp_path / "learner.log"), cpu_ranks=3)
+    learner_proc.LearnerProcess(KforgeConfig(), [], sampling=SamplingParams(), log_path=str(tmp_path / "learner.log"),
+                                cpu_ranks=3)
     names += [Path(s["log_path"]).name for s in started]
     _replicas(lambda cfg, devices, log_path: names.append(Path(log_path).name) or FakeEngine(), None, [0, 1, 2], 1,
               {"log_path": str(tmp_path / "rollout.log")})

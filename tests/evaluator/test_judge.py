@@ -14,20 +14,17 @@ from kforge.evaluator import protocol as P
 from kforge.evaluator.child.coverage import cuda_kernel_names, is_own, kernel_coverage, qualified_name
 from kforge.evaluator.judge import (
     EDGE,
-    Clock,
     check_samples,
-    check_timing,
     compare_positions,
     flags_from_evidence,
     judge_trials,
     meta_bytes,
     meta_mismatch,
-    parent_ms_per_call,
-    recheck_timing,
     sample_positions,
     timed_evidence_flags,
 )
 from kforge.evaluator.static.static_check import check_source
+from kforge.evaluator.timing_check import Clock, check_timing, parent_ms_per_call, recheck_timing
 from kforge.evaluator.wire import FrameReader, WireError, decode, encode, send_frame
 from locations import CANDIDATES, REPO
 

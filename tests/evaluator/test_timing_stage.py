@@ -116,8 +116,8 @@ def test_a_call_nobody_compared_does_not_set_the_parents_clock(monkeypatch) -> N
     (5 ms x 1/6 / 2 = 0.42 ms: 12x for a kernel as fast as the reference's). The clock now counts only the
     compared calls, and the forged report is flagged (the twin cannot run here: the first finding stands)."""
     from kforge.evaluator import drive, timing_stage
-    from kforge.evaluator.judge import Clock
     from kforge.evaluator.recheck import TwinFailed
+    from kforge.evaluator.timing_check import Clock
 
     tick = _Tick()
     monkeypatch.setattr(drive, "time", tick)
@@ -143,7 +143,7 @@ def test_outputs_pytorch_finished_only_when_re_measured_are_judged_as_in_the_fir
     is off); once re-measured, a copy kernel and PyTorch's own reduction of the copy answered. The re-measured
     calls' evidence is read by the rule for outputs PyTorch finished, as every other call's is."""
     from kforge.evaluator import drive, timing_stage
-    from kforge.evaluator.judge import Clock
+    from kforge.evaluator.timing_check import Clock
 
     tick = _Tick()
     monkeypatch.setattr(drive, "time", tick)
@@ -169,7 +169,7 @@ def _paired_rounds(monkeypatch, rounds: list[float]) -> list[int]:
     """paired_calls stood in: re-measure k shows the candidate `rounds[k]` ms per call more than its twin after
     the window (twin: 1 ms window, 0.4 ms after, 0.5 ms reported). Returns the list of re-measures made."""
     from kforge.evaluator import timing_stage
-    from kforge.evaluator.judge import Clock
+    from kforge.evaluator.timing_check import Clock
 
     made: list[int] = []
 
@@ -188,7 +188,7 @@ def _paired_rounds(monkeypatch, rounds: list[float]) -> list[int]:
 def _flagged_first(monkeypatch) -> _Stage:
     """A stage whose first check flags work after the window (the reference's clock was quiet)."""
     from kforge.evaluator import drive
-    from kforge.evaluator.judge import Clock
+    from kforge.evaluator.timing_check import Clock
 
     tick = _Tick()
     monkeypatch.setattr(drive, "time", tick)

@@ -10,6 +10,7 @@ from kforge.config.schema import KforgeConfig
 from kforge.credit.samples import Sample
 from kforge.learner.ddp import Ranks, shard_by_tokens
 from kforge.train.learner_proc import LearnerProcess
+from tiny_models import learner_sampling
 
 
 def test_shards_cover_every_sample_once_and_balance_tokens():
@@ -70,7 +71,8 @@ def test_two_gloo_ranks_give_the_one_rank_gradients_and_update(tmp_path):
     cfg = cfg_for(*LOSSES[0])
     results = {}
     for world in (1, 2):
-        proc = LearnerProcess(cfg, [], total_steps=len(LOSSES) * 2, factory="fake_parts:TinyLearner",
+        proc = LearnerProcess(cfg, [], total_steps=len(LOSSES) * 2, sampling=learner_sampling(cfg),
+                              factory="fake_parts:TinyLearner",
                               cpu_ranks=world, log_path=str(tmp_path / f"learner-{world}.log"), start_timeout_s=600)
         try:
             assert proc.ranks == world

@@ -20,7 +20,7 @@ from kforge.learner.packing import collate_any, plan
 from kforge.learner.schedule import lr_factor
 from kforge.policy.records import Trajectory, Turn
 from tiny_models import LEARNER_VOCAB as VOCAB
-from tiny_models import Planted, one_thread, tiny_cfg, tiny_model  # noqa: F401 (one_thread: autouse)
+from tiny_models import Planted, make_learner, one_thread, tiny_cfg, tiny_model  # noqa: F401 (one_thread: autouse)
 
 
 def some_samples() -> list[Sample]:
@@ -60,7 +60,7 @@ def test_learner_raises_the_reward_of_a_verifiable_task():
     cfg = tiny_cfg(loss_fn="dr_grpo", learning_rate=1e-2, warmup_steps=0, grad_clip=0.05)
     cfg.model.gradient_checkpointing = False
     cfg.lora.target_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    learner = Learner(cfg, model=tiny_model(1), total_steps=steps)
+    learner = make_learner(cfg, model=tiny_model(1), total_steps=steps)
     gen = torch.Generator().manual_seed(0)
 
     def mean_reward(n: int) -> float:
@@ -88,7 +88,7 @@ def test_learner_raises_the_reward_of_a_verifiable_task():
 
 
 def test_left_padded_micro_batch_matches_single_rows():
-    learner = Learner(tiny_cfg(), model=tiny_model())
+    learner = make_learner(tiny_cfg(), model=tiny_model())
     samples = some_samples()
     learner.model.eval()
     with torch.no_grad():
@@ -117,7 +117,7 @@ def test_temperature_divides_the_logits():
 def test_micro_batch_budget_does_not_change_the_update():
     grads = []
     for budget in (4, 10_000):  # one sample per micro-batch vs. all in one
-        learner = Learner(tiny_cfg(micro_batch_tokens=budget, loss_fn="grpo"), model=tiny_model())
+        learner = make_learner(tiny_cfg(micro_batch_tokens=budget, loss_fn="grpo"), model=tiny_model())
         metrics = learner.train_step(some_samples())
         grads.append((metrics["loss"], metrics["grad_norm"]))
     assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-4, abs=1e-7)
@@ -126,7 +126,7 @@ def test_micro_batch_budget_does_not_change_the_update():
 
 @pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "grpo", "dr_grpo"])
 def test_every_loss_trains_and_reports_metrics(loss_fn):
-    learner = Learner(tiny_cfg(loss_fn=loss_fn, num_substeps=2, warmup_steps=0), model=tiny_model())
+    learner = make_learner(tiny_cfg(loss_fn=loss_fn, num_substeps=2, warmup_steps=0), model=tiny_model())
     before = [p.detach().clone() for p in learner.params]
     metrics = learner.train_step(some_samples())
     for key in ("loss", "kl", "entropy", "clip_fraction", "is_ratio_mean", "is_ratio_max", "is_clip_fraction",
@@ -139,7 +139,7 @@ def test_every_loss_trains_and_reports_metrics(loss_fn):
 
 
 def test_rollout_logprobs_drive_the_is_ratio():
-    learner = Learner(tiny_cfg(is_clip=2.0), model=tiny_model())
+    learner = make_learner(tiny_cfg(is_clip=2.0), model=tiny_model())
     samples = some_samples()
     learner.model.eval()
     with torch.no_grad():
@@ -156,7 +156,7 @@ def test_rollout_logprobs_drive_the_is_ratio():
 
 
 def test_rollout_logprob_length_mismatch_is_an_error():
-    learner = Learner(tiny_cfg(), model=tiny_model())
+    learner = make_learner(tiny_cfg(), model=tiny_model())
     bad = Sample([3, 4], [5, 6, 7], 1.0, rollout_logprobs=[-1.0], problem_key="x")
     with pytest.raises(ValueError, match="rollout log-probs"):
         learner.train_step([bad, Sample([3], [4], -1.0)])
@@ -164,7 +164,7 @@ def test_rollout_logprob_length_mismatch_is_an_error():
 
 def test_kl_to_the_base_model():
     cfg = tiny_cfg(kl_coef=0.5, kl_estimator="k3", kl_discount=0.9, learning_rate=5e-2, warmup_steps=0)
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     first = learner.train_step(some_samples())
     assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # a fresh adapter (B = 0) is the base model
     later = [learner.train_step(some_samples())["kl"] for _ in range(3)]
@@ -179,7 +179,7 @@ def test_kl_to_the_base_model():
 
 
 def test_empty_batch_is_skipped_but_counted():
-    learner = Learner(tiny_cfg(), model=tiny_model())
+    learner = make_learner(tiny_cfg(), model=tiny_model())
     metrics = learner.train_step([])
     assert metrics["skipped"] == 1.0 and metrics["tokens"] == 0.0
     assert learner.version == 1 and learner.optimizer_steps == 0
@@ -195,9 +195,9 @@ def test_lr_schedules():
     assert lr_factor(14, 4, 14, "cosine") == pytest.approx(0.0)
     with pytest.raises(LearnerError, match="max_steps"):
         cfg = tiny_cfg(lr_schedule="cosine")
-        Learner(cfg, model=tiny_model())
+        make_learner(cfg, model=tiny_model())
     cfg = tiny_cfg(lr_schedule="linear", warmup_steps=1, num_substeps=2)
-    learner = Learner(cfg, model=tiny_model(), total_steps=2)  # 4 optimiser steps in all
+    learner = make_learner(cfg, model=tiny_model(), total_steps=2)  # 4 optimiser steps in all
     lrs = [learner.train_step(some_samples())["lr"] for _ in range(2)]
     base = cfg.learner.learning_rate
     assert lrs == pytest.approx([base * (1 - 1 / 3), 0.0])
@@ -207,19 +207,35 @@ def test_bad_target_modules_and_4bit_on_cpu_are_clear_errors():
     cfg = tiny_cfg()
     cfg.lora.target_modules = ["c_attn"]
     with pytest.raises(LearnerError, match="q_proj"):
-        Learner(cfg, model=tiny_model())
+        make_learner(cfg, model=tiny_model())
     cfg = tiny_cfg()
     cfg.model.load_in_4bit = True
     with pytest.raises(LearnerError, match="load_in_4bit"):
-        Learner(cfg)
+        make_learner(cfg)
     with pytest.raises(LearnerError, match="empty prompt"):
-        Learner(tiny_cfg(), model=tiny_model()).train_step([Sample([], [3], 1.0)])
+        make_learner(tiny_cfg(), model=tiny_model()).train_step([Sample([], [3], 1.0)])
+
+
+def test_a_learner_is_built_only_with_the_samplers_settings():
+    """The learner scores tokens under the distribution they were sampled from, which only its caller knows: the
+    sampler's settings are a required argument everywhere a Learner is built, and a greedy sampler's is refused."""
+    import inspect
+
+    from kforge.rollout.base import SamplingParams
+    from kforge.train.learner_proc import LearnerProcess, LearnerService
+
+    with pytest.raises(TypeError, match="sampling"):
+        Learner(tiny_cfg(), model=tiny_model())
+    for built in (Learner, LearnerService, LearnerProcess):
+        assert inspect.signature(built).parameters["sampling"].default is inspect.Parameter.empty, built
+    with pytest.raises(LearnerError, match="temperature 0.0"):
+        Learner(tiny_cfg(), model=tiny_model(), sampling=SamplingParams(8, temperature=0.0))
 
 
 def test_adapter_saves_in_peft_format_and_reloads(tmp_path: Path):
     from peft import PeftModel
 
-    learner = Learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    learner = make_learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
     learner.train_step(some_samples())
     learner.save_adapter(tmp_path / "adapter")
     files = {p.name for p in (tmp_path / "adapter").iterdir()}
@@ -236,7 +252,7 @@ def test_adapter_saves_in_peft_format_and_reloads(tmp_path: Path):
     # and a run can start from it through model.checkpoint
     cfg = tiny_cfg()
     cfg.model.checkpoint = str(tmp_path / "adapter")
-    started = Learner(cfg, model=tiny_model())
+    started = make_learner(cfg, model=tiny_model())
     torch.testing.assert_close(logits_of(started, ids), logits_of(learner, ids))
     assert any(p.requires_grad for p in started.model.parameters())
 
@@ -244,7 +260,7 @@ def test_adapter_saves_in_peft_format_and_reloads(tmp_path: Path):
 def test_checkpoint_round_trip_reproduces_logits_and_the_next_update(tmp_path: Path):
     cfg = tiny_cfg(learning_rate=2e-2, warmup_steps=1, lr_schedule="cosine", num_substeps=2)
     cfg.lora.dropout = 0.1  # the next update then also depends on the restored RNG state
-    first = Learner(cfg, model=tiny_model(), total_steps=5)
+    first = make_learner(cfg, model=tiny_model(), total_steps=5)
     first.train_step(some_samples())
     first.save_checkpoint(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "adapter" / "adapter_model.safetensors").is_file()
@@ -252,7 +268,7 @@ def test_checkpoint_round_trip_reproduces_logits_and_the_next_update(tmp_path: P
     rng_at_save = torch.get_rng_state()
 
     torch.manual_seed(123)  # a different RNG state and a different fresh adapter init
-    second = Learner(cfg, model=tiny_model(), total_steps=5)
+    second = make_learner(cfg, model=tiny_model(), total_steps=5)
     second.load_checkpoint(tmp_path / "ckpt")
     ids = [3, 4, 5, 6, 7, 8]
     torch.testing.assert_close(logits_of(second, ids), logits_of(first, ids))
@@ -269,7 +285,7 @@ def test_checkpoint_round_trip_reproduces_logits_and_the_next_update(tmp_path: P
 
 
 def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch):
-    learner = Learner(tiny_cfg(warmup_steps=0, learning_rate=5e-2), model=tiny_model())
+    learner = make_learner(tiny_cfg(warmup_steps=0, learning_rate=5e-2), model=tiny_model())
     learner.train_step(some_samples())
     learner.save_checkpoint(tmp_path / "ckpt")
     saved_version = learner.version
@@ -283,7 +299,7 @@ def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path: Path, monk
         learner.save_checkpoint(tmp_path / "ckpt")
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no half-written folder left
-    fresh = Learner(tiny_cfg(), model=tiny_model())
+    fresh = make_learner(tiny_cfg(), model=tiny_model())
     fresh.load_checkpoint(tmp_path / "ckpt")
     assert fresh.version == saved_version
 
@@ -301,7 +317,7 @@ def test_swap_interrupted_between_renames_is_recovered(tmp_path: Path):
 def test_metric_keys_are_the_same_for_skipped_and_real_steps():
     from kforge.learner.learner import METRIC_KEYS
 
-    learner = Learner(tiny_cfg(), model=tiny_model())
+    learner = make_learner(tiny_cfg(), model=tiny_model())
     assert set(learner.train_step([])) == set(METRIC_KEYS)
     assert set(learner.train_step(some_samples())) == set(METRIC_KEYS)
 
@@ -316,7 +332,7 @@ def test_tiny_preset_loads_smollm2_trains_and_saves(tmp_path: Path, monkeypatch)
     from kforge.config.loader import resolve
 
     cfg = resolve("tiny").config
-    learner = Learner(cfg)  # loads through kforge.modelio
+    learner = make_learner(cfg)  # loads through kforge.modelio
     tok = learner.tokenizer
     prompt = tok("Write a ReLU kernel.", add_special_tokens=False).input_ids
     good = tok(" <KERNEL>import triton</KERNEL>", add_special_tokens=False).input_ids
@@ -329,7 +345,7 @@ def test_tiny_preset_loads_smollm2_trains_and_saves(tmp_path: Path, monkeypatch)
 
 
 def test_grad_norm_clip_of_0_05_bounds_the_applied_gradient():
-    learner = Learner(tiny_cfg(grad_clip=0.05, loss_fn="grpo"), model=tiny_model())
+    learner = make_learner(tiny_cfg(grad_clip=0.05, loss_fn="grpo"), model=tiny_model())
     metrics = learner.train_step(some_samples())
     applied = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in learner.params if p.grad is not None))
     assert metrics["grad_norm"] > 0.05  # the reported norm is the one before clipping
@@ -341,7 +357,7 @@ def test_grad_norm_clip_of_0_05_bounds_the_applied_gradient():
 
 
 def test_a_non_finite_loss_skips_the_optimiser_step_and_is_reported():
-    learner = Learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    learner = make_learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
     before = [p.detach().clone() for p in learner.params]
     bad = some_samples()
     bad[0].advantage = float("nan")
@@ -354,7 +370,7 @@ def test_a_non_finite_loss_skips_the_optimiser_step_and_is_reported():
 
 
 def test_importance_sampling_with_an_underflowing_ratio_still_trains():
-    learner = Learner(tiny_cfg(loss_fn="importance_sampling", learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    learner = make_learner(tiny_cfg(loss_fn="importance_sampling", learning_rate=5e-2, warmup_steps=0), model=tiny_model())
     samples = some_samples()
     # the engine claims every token was certain and 1e90 times likelier than the learner finds it: r = 0
     for s in samples:
@@ -373,7 +389,7 @@ def test_oom_retries_only_the_failing_micro_batch(monkeypatch):
     import kforge.learner.learner as learner_mod
 
     cfg = dict(learning_rate=5e-2, warmup_steps=2, num_substeps=2, loss_fn="grpo")
-    reference = Learner(tiny_cfg(**cfg), model=tiny_model())
+    reference = make_learner(tiny_cfg(**cfg), model=tiny_model())
     torch.manual_seed(0)
     ref_metrics = reference.train_step(some_samples() * 2)
 
@@ -387,7 +403,7 @@ def test_oom_retries_only_the_failing_micro_batch(monkeypatch):
         return real(model, batch, *args, **kwargs)
 
     monkeypatch.setattr(learner_mod, "response_logprobs", flaky)
-    learner = Learner(tiny_cfg(**cfg), model=tiny_model())
+    learner = make_learner(tiny_cfg(**cfg), model=tiny_model())
     torch.manual_seed(0)
     metrics = learner.train_step(some_samples() * 2)
     assert calls["oom"] == 1 and metrics["oom_retries"] == 1.0
@@ -423,7 +439,7 @@ def _nucleus_samples(learner: Learner, top_k: int, top_p: float, n: int = 6, len
 def test_learner_applies_the_samplers_top_k_and_top_p():
     cfg = tiny_cfg(learning_rate=1e-9)
     cfg.rollout.top_p, cfg.rollout.top_k = 0.8, 6
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     metrics = learner.train_step(_nucleus_samples(learner, top_k=6, top_p=0.8))
     # Ignoring the truncation, every ratio would be the kept mass (~0.8 or less), not 1.
     assert metrics["is_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -445,7 +461,7 @@ def test_lora_dropout_keeps_the_first_substep_ratio_at_one():
     nothing is clipped, however tight the clip. Before: old in eval mode, new with dropout masks."""
     cfg = tiny_cfg(learning_rate=0.0, num_substeps=2, clip_low=1e-4, clip_high=1e-4, loss_fn="ppo", warmup_steps=0)
     cfg.lora.dropout = 0.5
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     with torch.no_grad():  # a non-zero adapter, so that dropout on its input matters
         for name, p in learner.model.named_parameters():
             if "lora_B" in name:
@@ -456,13 +472,13 @@ def test_lora_dropout_keeps_the_first_substep_ratio_at_one():
 
 
 def test_kl_reference_is_the_starting_adapter(tmp_path: Path):
-    trained = Learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
+    trained = make_learner(tiny_cfg(learning_rate=5e-2, warmup_steps=0), model=tiny_model())
     for _ in range(2):
         trained.train_step(some_samples())
     trained.save_adapter(tmp_path / "start")
     cfg = tiny_cfg(kl_coef=0.5, learning_rate=5e-2, warmup_steps=0)
     cfg.model.checkpoint = str(tmp_path / "start")
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     first = learner.train_step(some_samples())
     assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # before: KL to the bare base model, > 0
     assert learner.train_step(some_samples())["kl"] > 1e-6  # then it grows as the policy moves
@@ -478,7 +494,7 @@ def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy():
     losses, entropies = [], []
     for coef in (0.0, 0.25):
         torch.manual_seed(0)
-        learner = Learner(tiny_cfg(loss_fn="grpo", entropy_coef=coef), model=tiny_model())
+        learner = make_learner(tiny_cfg(loss_fn="grpo", entropy_coef=coef), model=tiny_model())
         m = learner.train_step(some_samples())
         losses.append(m["loss"])
         entropies.append(m["entropy"])
@@ -489,7 +505,7 @@ def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy():
 
 def test_entropy_bonus_alone_raises_the_entropy():
     cfg = tiny_cfg(loss_fn="grpo", entropy_coef=1.0, learning_rate=5e-2, warmup_steps=0)
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     flat = [Sample(s.prompt_ids, s.response_ids, 0.0) for s in some_samples()]  # no policy gradient at all
     first = learner.train_step(flat)["entropy"]
     for _ in range(4):
@@ -499,7 +515,7 @@ def test_entropy_bonus_alone_raises_the_entropy():
 
 def test_mismatch_rejection_drops_and_counts_sequences():
     cfg = tiny_cfg(mismatch_reject_ratio=2.0, learning_rate=5e-2, warmup_steps=0)
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     samples = some_samples()
     learner.model.eval()
     with torch.no_grad():  # the micro-batch the update will see (packed: one row, longest first)
@@ -514,7 +530,7 @@ def test_mismatch_rejection_drops_and_counts_sequences():
     assert metrics["mismatch_rejected"] == 2.0
     # only the rejected ones: the same update as training on rows 2 and 3 with the same normaliser
     cfg_off = tiny_cfg(learning_rate=5e-2, warmup_steps=0)
-    other = Learner(cfg_off, model=tiny_model())
+    other = make_learner(cfg_off, model=tiny_model())
     kept = [Sample(s.prompt_ids, s.response_ids, s.advantage if i >= 2 else 0.0) for i, s in enumerate(samples)]
     other.train_step(kept)
     for a, b in zip(learner.params, other.params):
@@ -541,7 +557,7 @@ def test_kl_with_top_p_and_a_token_outside_the_policys_nucleus_still_updates():
 
     cfg = tiny_cfg(kl_coef=0.1, learning_rate=1e-2, warmup_steps=0)
     cfg.rollout.top_p = 0.5
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     _perturb_adapter(learner)
     prompt = [3, 4, 5]
     with torch.no_grad():
@@ -570,7 +586,7 @@ def test_kl_discount_sums_future_log_ratios_not_k3(monkeypatch):
         return real(values, mask, discount)
 
     monkeypatch.setattr(losses_mod, "discounted_future_sum", spy)
-    learner = Learner(tiny_cfg(kl_coef=0.1, kl_discount=0.9, kl_estimator="k3"), model=tiny_model())
+    learner = make_learner(tiny_cfg(kl_coef=0.1, kl_discount=0.9, kl_estimator="k3"), model=tiny_model())
     _perturb_adapter(learner)
     samples = some_samples()
     learner.train_step(samples)
@@ -587,7 +603,7 @@ def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
 
     cfg = tiny_cfg(learning_rate=0.0, num_substeps=2, clip_low=1e-4, clip_high=1e-4, loss_fn="ppo", warmup_steps=0)
     cfg.lora.dropout = 0.5
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     _perturb_adapter(learner)
     real = learner_mod.response_logprobs
     calls = {"grad": 0, "oom": 0}
@@ -610,7 +626,7 @@ def test_oom_retry_under_lora_dropout_keeps_the_ratio_at_one(monkeypatch):
 def test_the_learner_state_is_plain_data_and_a_planted_pickle_is_refused(tmp_path: Path):
     from kforge.learner.checkpoint import STATE_FILE
 
-    learner = Learner(tiny_cfg(warmup_steps=0, learning_rate=5e-2), model=tiny_model())
+    learner = make_learner(tiny_cfg(warmup_steps=0, learning_rate=5e-2), model=tiny_model())
     learner.train_step(some_samples())
     learner.save_checkpoint(tmp_path / "ckpt")
     state = torch.load(tmp_path / "ckpt" / STATE_FILE, map_location="cpu", weights_only=True)
@@ -619,8 +635,8 @@ def test_the_learner_state_is_plain_data_and_a_planted_pickle_is_refused(tmp_pat
     marker = tmp_path / "unpickled"
     torch.save({**state, "rng": Planted(marker)}, tmp_path / "ckpt" / STATE_FILE)
     with pytest.raises(LearnerError, match=f"{STATE_FILE} cannot be loaded as plain data"):
-        Learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")
+        make_learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")
     assert not marker.exists()
     (tmp_path / "ckpt" / STATE_FILE).write_bytes(b"PK\x03\x04 cut short")
     with pytest.raises(LearnerError, match=f"ckpt/{STATE_FILE} cannot be loaded"):
-        Learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")
+        make_learner(tiny_cfg(), model=tiny_model()).load_checkpoint(tmp_path / "ckpt")

@@ -10,11 +10,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kforge.learner.batching import collate
 from kforge.learner.learner import Learner
 from kforge.learner.logprobs import response_logprobs, split_head
-from tiny_models import VOCAB, one_thread, perturbed, samples, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
+from tiny_models import VOCAB, make_learner, one_thread, perturbed, samples, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
 
 
 def logp_entropy_and_grads(chunk: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-    learner = perturbed(Learner(small_cfg(logprob_chunk=chunk), model=small_model()))
+    learner = perturbed(make_learner(small_cfg(logprob_chunk=chunk), model=small_model()))
     batch = collate(samples(4), [0, 1, 2, 3], learner.pad_id, learner.device)
     learner.model.train()
     logp, entropy = response_logprobs(learner.model, batch, 0.9, chunk=chunk, entropy=True, entropy_grad=True)
@@ -54,7 +54,7 @@ class _LogitRows(TorchDispatchMode):
 
 @pytest.mark.parametrize("chunk", [0, 4])
 def test_chunked_head_never_holds_logits_of_more_than_a_chunk_of_positions(chunk):
-    learner = perturbed(Learner(small_cfg(logprob_chunk=chunk), model=small_model()))
+    learner = perturbed(make_learner(small_cfg(logprob_chunk=chunk), model=small_model()))
     batch = collate(samples(4), [0, 1, 2, 3], learner.pad_id, learner.device)
     positions = batch.targets.numel()
     learner.model.train()
@@ -69,8 +69,8 @@ def test_chunked_head_never_holds_logits_of_more_than_a_chunk_of_positions(chunk
 
 def test_a_train_step_is_the_same_with_chunked_and_full_logits():
     cfg = dict(learning_rate=1e-2, num_substeps=2, entropy_coef=0.01)
-    full = perturbed(Learner(small_cfg(logprob_chunk=0, **cfg), model=small_model()))
-    chunked = perturbed(Learner(small_cfg(logprob_chunk=3, **cfg), model=small_model()))
+    full = perturbed(make_learner(small_cfg(logprob_chunk=0, **cfg), model=small_model()))
+    chunked = perturbed(make_learner(small_cfg(logprob_chunk=3, **cfg), model=small_model()))
     torch.manual_seed(0)
     a = full.train_step(samples(4))
     torch.manual_seed(0)
@@ -103,8 +103,8 @@ class _MatmulDtypes(TorchDispatchMode):
 
 
 def test_bf16_autocast_keeps_fp32_master_weights_and_gradients_within_bf16_tolerance():
-    ref = perturbed(Learner(small_cfg(), model=small_model()))
-    bf16 = perturbed(Learner(small_cfg(bf16_autocast=True), model=small_model()))
+    ref = perturbed(make_learner(small_cfg(), model=small_model()))
+    bf16 = perturbed(make_learner(small_cfg(bf16_autocast=True), model=small_model()))
     torch.manual_seed(0)
     a = ref.train_step(samples(4))
     torch.manual_seed(0)
@@ -147,7 +147,7 @@ def saved_bytes(learner: Learner, cast_input: bool) -> int:
 def test_bf16_autocast_saves_no_second_copy_of_each_lora_input():
     cfg = small_cfg()
     cfg.model.gradient_checkpointing = False  # every layer's saved activations, not just the boundaries
-    learner = perturbed(Learner(cfg, model=small_model().to(torch.bfloat16)))
+    learner = perturbed(make_learner(cfg, model=small_model().to(torch.bfloat16)))
     assert all(p.dtype == torch.float32 for p in learner.params)  # PEFT keeps the adapter in fp32
     with_cast, without = saved_bytes(learner, cast_input=True), saved_bytes(learner, cast_input=False)
     assert without < 0.9 * with_cast, (without, with_cast)

@@ -14,13 +14,13 @@ from kforge.learner.batching import collate
 from kforge.learner.learner import Learner
 from kforge.learner.logprobs import response_logprobs
 from kforge.learner.packing import collate_packed, padding_share, plan, plan_packed
-from tiny_models import VOCAB, one_thread, perturbed, samples, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
+from tiny_models import VOCAB, make_learner, one_thread, perturbed, samples, small_cfg, small_model  # noqa: F401 (one_thread: autouse)
 
 
 def learner_for(arch: str, attn: str, pack: bool, **cfg) -> Learner:
     """attn: eager or sdpa as transformers has them, or varlen (sdpa replaced by kforge_varlen)."""
     model = small_model(arch, "sdpa" if attn == "varlen" else attn)
-    learner = perturbed(Learner(small_cfg(pack=pack, **cfg), model=model))
+    learner = perturbed(make_learner(small_cfg(pack=pack, **cfg), model=model))
     if pack and attn == "sdpa":  # transformers' own dense packed mask: undo the learner's switch to varlen
         learner.model.get_base_model().set_attn_implementation("sdpa")
     expected = varlen.NAME if pack and attn == "varlen" else attn

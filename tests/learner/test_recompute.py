@@ -6,8 +6,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from kforge.config.schema import KforgeConfig
-from kforge.learner.learner import Learner
 from kforge.learner.lora import checkpointed_layers, enable_gradient_checkpointing
+from tiny_models import make_learner
 
 
 def tiny_llama(layers: int = 4) -> LlamaForCausalLM:
@@ -53,5 +53,5 @@ def test_the_learner_applies_the_configured_share() -> None:
     cfg.model.gradient_checkpointing = True
     cfg.model.recompute_share = 0.25
     cfg.lora.rank = 4
-    learner = Learner(cfg, model=tiny_llama(), total_steps=1)
+    learner = make_learner(cfg, model=tiny_llama(), total_steps=1)
     assert len(checkpointed_layers(learner.model)) == 1

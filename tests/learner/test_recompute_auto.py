@@ -104,13 +104,13 @@ def test_the_learner_sizes_auto_by_its_gpu_and_the_longest_row(monkeypatch):
 
 
 def test_the_learner_applies_auto_and_says_why(caplog):
-    from kforge.learner.learner import Learner
     from kforge.learner.lora import checkpointed_layers
+    from tiny_models import make_learner
 
     cfg = cfg_with("auto")
     cfg.lora.rank = 4
     with caplog.at_level("INFO", logger="kforge.learner"):
-        learner = Learner(cfg, model=tiny_llama(), total_steps=1)
+        learner = make_learner(cfg, model=tiny_llama(), total_steps=1)
     assert len(checkpointed_layers(learner.model)) == 4 and learner.recompute.share == 1.0
     assert "recompute_share auto: no CUDA device" in caplog.text
 
@@ -132,6 +132,7 @@ def test_the_config_refuses_anything_else_in_one_line(value):
 
 def test_the_reserve_is_what_the_plan_puts_beside_the_learner(monkeypatch):
     from fake_parts import fake_machine, fake_served
+    from kforge.rollout.base import SamplingParams
     from kforge.train import learner_proc
     from kforge.train.placement import Plan
 
@@ -143,5 +144,5 @@ def test_the_reserve_is_what_the_plan_puts_beside_the_learner(monkeypatch):
     fake_machine(monkeypatch, 1)
     started: list = []
     monkeypatch.setattr(learner_proc, "ServedProcess", fake_served(started))
-    learner_proc.LearnerProcess(KforgeConfig(), [0], reserve_gib=5.0)
+    learner_proc.LearnerProcess(KforgeConfig(), [0], sampling=SamplingParams(), reserve_gib=5.0)
     assert started[0]["kwargs"]["reserve_gib"] == 5.0  # to LearnerService, which hands it to the Learner

@@ -46,13 +46,13 @@ def trained(tmp_path_factory):
     The LoRA B matrices start at zero (the adapter would be a no-op); they get seeded random values so the
     adapter visibly changes the greedy output, which makes "the export applies the adapter" checkable.
     """
-    from kforge.learner.learner import Learner
+    from tiny_models import make_learner
 
     root = tmp_path_factory.mktemp("runs")
     cfg = resolve("tiny", None, [f"log.runs_dir={root}", "log.run_name=exp"]).config
     run = RunFolder.create(root, "exp", to_yaml(cfg))
     run.set_status("running", preset="tiny")
-    learner = Learner(cfg, device="cpu", total_steps=4)
+    learner = make_learner(cfg, device="cpu", total_steps=4)
     gen = torch.Generator().manual_seed(0)
     for step, scale in ((2, 0.0), (4, 0.5)):
         with torch.no_grad():

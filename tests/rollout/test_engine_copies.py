@@ -15,6 +15,7 @@ from kforge.learner.checkpoint import atomic_folder
 from kforge.learner.learner import Learner
 from kforge.rollout import adapters
 from kforge.rollout.adapters import EngineCopies
+from tiny_models import make_learner
 
 
 def tiny_learner() -> Learner:
@@ -26,7 +27,7 @@ def tiny_learner() -> Learner:
     cfg = KforgeConfig()
     cfg.lora.rank = 4
     cfg.lora.alpha = 8
-    learner = Learner(cfg, model=model)
+    learner = make_learner(cfg, model=model)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in learner.params:

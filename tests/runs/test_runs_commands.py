@@ -114,10 +114,10 @@ def test_stop_logs_watch_on_a_real_training_run(tmp_path):
     from peft import get_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from kforge.learner.learner import Learner
     from kforge.ops.export import load_run_config
+    from tiny_models import make_learner
 
-    learner = Learner(load_run_config(run), device="cpu")
+    learner = make_learner(load_run_config(run), device="cpu")
     learner.load_checkpoint(ckpt / "learner")
     meta = json.loads((ckpt / "learner" / "meta.json").read_text())
     assert learner.version == meta["version"] and learner.optimizer_steps == meta["optimizer_steps"]

@@ -1,7 +1,8 @@
 """Tiny causal LMs built from a config (nothing downloaded) and the learner settings the learner tests share.
 
 `one_thread` is an autouse fixture: a test module that imports it runs its tests on one intra-op thread.
-`tiny_model` and `tiny_cfg` are the learner tests' model (LEARNER_VOCAB tokens) and settings."""
+`tiny_model` and `tiny_cfg` are the learner tests' model (LEARNER_VOCAB tokens) and settings; `make_learner`
+builds a Learner under the one sampler setting the tests score tokens with (`learner_sampling`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from kforge.config.schema import KforgeConfig
 from kforge.credit.samples import Sample
+from kforge.rollout.base import SamplingParams
 
 VOCAB = 97  # unlike every other dimension of the model, so a [rows, vocab] tensor is recognisable
 LEARNER_VOCAB = 16  # the learner tests' model
@@ -88,6 +90,20 @@ def tiny_model(seed: int = 0):
 def tiny_cfg(**learner) -> KforgeConfig:
     """The learner tests' settings: LoRA r4, gradient checkpointing, 8 new tokens, `learner` fields set."""
     return lora_cfg(8, **learner)
+
+
+def learner_sampling(cfg: KforgeConfig) -> SamplingParams:
+    """The sampler the tests' learners score tokens under: temperature 1, the config's top-p, top-k and
+    max_tokens (the samples the tests hand a learner were drawn, or written, at temperature 1)."""
+    r = cfg.rollout
+    return SamplingParams(r.max_tokens, 1.0, r.top_p, r.top_k)
+
+
+def make_learner(cfg: KforgeConfig, **kwargs):
+    """A Learner of `cfg` under `learner_sampling(cfg)`; `kwargs` as the Learner takes them (model, device, ...)."""
+    from kforge.learner.learner import Learner
+
+    return Learner(cfg, sampling=learner_sampling(cfg), **kwargs)
 
 
 class Planted:

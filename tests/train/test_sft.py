@@ -12,11 +12,10 @@ import torch
 
 from kforge.config.loader import resolve
 from kforge.credit.samples import Sample
-from kforge.learner.learner import Learner
 from kforge.problems import builtin_problems
 from kforge.rollout.base import BackendDefaults
 from kforge.train import sft as warm
-from tiny_models import one_thread, tiny_cfg, tiny_model  # noqa: F401  (one_thread: an autouse fixture)
+from tiny_models import make_learner, one_thread, tiny_cfg, tiny_model  # noqa: F401  (one_thread: an autouse fixture)
 
 
 def _kforge(*args):
@@ -85,7 +84,7 @@ def test_the_default_set_is_the_built_in_solutions_less_the_held_out_problems():
 
 def test_the_supervised_step_is_cross_entropy_on_the_answer_tokens():
     cfg = warm.sft_config(tiny_cfg(warmup_steps=0, grad_clip=10.0), learning_rate=3e-2)
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     samples = [Sample([3, 4, 5], [6, 7, 8], 1.0), Sample([9, 4], [10, 11, 12, 13], 1.0)]
 
     def cross_entropy() -> float:  # the plain definition: mean over answer tokens of -log softmax
@@ -102,7 +101,7 @@ def test_the_supervised_step_is_cross_entropy_on_the_answer_tokens():
     before = cross_entropy()
     assert warm.mean_nll(learner, samples) == pytest.approx(before, rel=1e-5)
     # The held-out loss reads the learner's own path: packed rows (one row for both samples) give the same.
-    packed = Learner(cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"pack": True})}),
+    packed = make_learner(cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"pack": True})}),
                      model=tiny_model())
     packed.model.load_state_dict(learner.model.state_dict())
     assert warm.mean_nll(packed, samples) == pytest.approx(before, rel=1e-4)
@@ -145,7 +144,7 @@ def test_sft_on_the_built_in_solutions_writes_an_adapter_that_eval_and_train_loa
     from safetensors.torch import load_file
 
     cfg = resolve("tiny", None, [f"model.checkpoint={out}"]).config
-    learner = Learner(cfg)
+    learner = make_learner(cfg)
     saved = load_file(str(out / "adapter_model.safetensors"))
     state = {k: v for k, v in learner.model.state_dict().items() if "lora_" in k and ".default." in k}
     assert len(saved) == len(state) > 0

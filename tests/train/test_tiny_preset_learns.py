@@ -13,10 +13,9 @@ import torch
 from kforge.config.loader import resolve
 from kforge.credit.advantages import assign_returns, build_samples
 from kforge.credit.rewards import score_trajectories
-from kforge.learner.learner import Learner
 from kforge.policy.records import Candidate, Trajectory, Turn
 from tiny_models import LEARNER_VOCAB as VOCAB
-from tiny_models import one_thread, tiny_model  # noqa: F401 (one_thread: autouse, one intra-op thread)
+from tiny_models import make_learner, one_thread, tiny_model  # noqa: F401 (one_thread: autouse, one intra-op thread)
 
 
 def small_model_turn(problem: str, index: int, tokens: int, max_tokens: int, seed: int) -> Turn:
@@ -75,7 +74,7 @@ def test_a_fixed_non_answer_repeated_across_problems_gets_the_floor():
 
 def test_tiny_learner_steps_move_the_adapter_and_the_kl():
     cfg = resolve(preset="tiny").config
-    learner = Learner(cfg, model=tiny_model())
+    learner = make_learner(cfg, model=tiny_model())
     start = {n: p.detach().clone() for n, p in learner.model.named_parameters() if "lora_" in n}
     metrics = []
     for seed in range(3):

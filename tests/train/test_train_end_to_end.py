@@ -111,13 +111,14 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(reference_run, tmp_
         "from pathlib import Path\n"
         "from kforge.config.schema import KforgeConfig\n"
         "from kforge.learner.learner import Learner\n"
+        "from kforge.rollout.base import sampling_from_config\n"
         "from kforge.runs.folder import RunFolder\n"
         "from kforge.train.trainer import Trainer, Parts\n"
         "from kforge.train.placement import Plan\n"
         "from kforge.problems import builtin_problems\n"
         "run = RunFolder(Path(sys.argv[1]))\n"
         "cfg = KforgeConfig.model_validate(yaml.safe_load(run.config_path.read_text()))\n"
-        "learner = Learner(cfg, device='cpu')\n"
+        "learner = Learner(cfg, device='cpu', sampling=sampling_from_config(cfg))\n"
         "t = Trainer(cfg, run, Plan([]), builtin_problems()[:4], [], Parts(learner, None, None, True))\n"
         "print('ready', flush=True)\n"
         "while True:\n"
@@ -139,9 +140,10 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(reference_run, tmp_
          "from pathlib import Path\n"
          "from kforge.config.schema import KforgeConfig\n"
          "from kforge.learner.learner import Learner\n"
+         "from kforge.rollout.base import sampling_from_config\n"
          "ck = Path(sys.argv[2])\n"
          "cfg = KforgeConfig.model_validate(yaml.safe_load(Path(sys.argv[1]).read_text()))\n"
-         "l = Learner(cfg, device='cpu'); l.load_checkpoint(str(ck / 'learner'))\n"
+         "l = Learner(cfg, device='cpu', sampling=sampling_from_config(cfg)); l.load_checkpoint(str(ck / 'learner'))\n"
          "print(json.loads((ck / 'trainer_state.json').read_text())['step'])\n",
          str(run.config_path), str(run.path / last["path"])],
         capture_output=True, text=True, timeout=300)
@@ -157,16 +159,16 @@ def test_dead_rollout_worker_is_restarted_and_the_step_retried(tmp_path):
     from fake_parts import DeadEngine
     from kforge.config.loader import resolve, to_yaml
     from kforge.evaluator import EvalPool
-    from kforge.learner.learner import Learner
     from kforge.policy.runner import EpisodeRunner
     from kforge.problems import builtin_problems
     from kforge.rollout.base import BackendError
     from kforge.rollout.hf import HFBackend
     from kforge.train.placement import Plan
     from kforge.train.trainer import Parts, Trainer
+    from tiny_models import make_learner
 
     cfg = resolve("tiny", overrides=["rollout.max_tokens=8", "dataset.group_size=1", "episode.max_turns=1"]).config
-    learner = Learner(cfg, device="cpu")
+    learner = make_learner(cfg, device="cpu")
     fresh = HFBackend.from_model(learner.model, learner.tokenizer)
     dead = DeadEngine(tokenizer=learner.tokenizer)
 

@@ -78,8 +78,9 @@ def tiny_model_dir(tmp_path_factory):
 
 def _learner_proc(cfg, tmp_path, fault="", at=0):
     from kforge.train.learner_proc import LearnerProcess
+    from tiny_models import learner_sampling
 
-    return LearnerProcess(cfg, [], total_steps=4, factory="fake_parts:FaultyLearner",
+    return LearnerProcess(cfg, [], total_steps=4, sampling=learner_sampling(cfg), factory="fake_parts:FaultyLearner",
                           factory_kwargs={"fault": fault, "at": at},
                           log_path=str(tmp_path / f"learner-{fault or 'ok'}.log"), start_timeout_s=300)
 
@@ -227,13 +228,12 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
     import torch
 
     from kforge.learner.checkpoint import STATE_FILE
-    from kforge.learner.learner import Learner
     from kforge.train.build import SetupError, restore_newest
-    from tiny_models import Planted, tiny_cfg, tiny_model
+    from tiny_models import Planted, make_learner, tiny_cfg, tiny_model
 
     cfg = tiny_cfg()
     cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
-    trainer = make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model()), FakePool())
+    trainer = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model()), FakePool())
     run = trainer.run
     for step in (1, 2):
         trainer.step = trainer.parts.learner.version = step
@@ -244,14 +244,14 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
     assert run.last_checkpoint()["step"] == 2  # a whole file: only loading it shows what it holds
 
     said = []
-    fresh = make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model(1)), FakePool(), run=run)
+    fresh = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model(1)), FakePool(), run=run)
     restore_newest(fresh, run, said.append)
     assert fresh.step == 1 and fresh.parts.learner.version == 1 and not marker.exists()
     assert len(said) == 1 and str(planted) in said[0] and "trying the one before it" in said[0]
 
     torch.save({"rng": Planted(marker)}, run.path / "checkpoints" / "step_000001" / "learner" / STATE_FILE)
     with pytest.raises(SetupError, match="no checkpoint of run r can be resumed from"):
-        restore_newest(make_trainer(tmp_path, cfg, Learner(cfg, model=tiny_model(2)), FakePool(), run=run), run,
+        restore_newest(make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model(2)), FakePool(), run=run), run,
                        said.append)
     assert not marker.exists()
 

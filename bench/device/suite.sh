@@ -6,6 +6,7 @@
 #   bash bench/device/suite.sh learning_status   # its progress; results, curve and metrics into $OUT
 #   bash bench/device/suite.sh learning_save     # what a later session resumes from: $OUT/lg-state.tar
 #   LG_STATE=.devcarry/lg-state.tar bash bench/device/suite.sh learning   # carried back: --resume from it
+#   SCALE_RUNS="1:default 2:continuous 4:continuous" bash bench/device/suite.sh scaling   # then scaling_status
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -97,6 +98,27 @@ w('/root/m7b', arch='qwen2', hidden=3584, layers=28, heads=28, kv_heads=4, inter
       for a in real shuffled control; do
         [ -f /root/lg/out/runs/$a/metrics.jsonl ] && cp /root/lg/out/runs/$a/metrics.jsonl "$OUT/metrics_$a.jsonl"
       done ;;
+    scaling)  # kevin runs one after another in the background, each on the first G GPUs: SCALE_RUNS="1:default
+              # 1:continuous 2:continuous 4:default 4:continuous" (G:mode), SCALE_STEPS (4), SCALE_ARGS (overrides);
+              # `scaling_status` prints the steps-per-hour table (bench/steps_per_hour.py) of the runs done so far
+      if pgrep -f "kforge train --preset kevin" > /dev/null; then echo "scaling: already running"; continue; fi
+      mkdir -p /root/scale && (setsid nohup bash -c '
+        for spec in ${SCALE_RUNS:-1:default 1:continuous 2:continuous}; do
+          g=${spec%%:*}; mode=${spec#*:}; name=g${g}_$mode
+          devs=$(seq -s, 0 $((g - 1))); extra=""; [ "$mode" = continuous ] && extra="rollout.mode=continuous"
+          args="--preset kevin --plain --runs-dir /root/scale/runs dataset.source='"$KB"' model.dtype=bfloat16 $extra ${SCALE_ARGS:-}"
+          CUDA_VISIBLE_DEVICES=$devs python3 -m kforge train $args --dry-run > /root/scale/$name.plan 2>&1
+          CUDA_VISIBLE_DEVICES=$devs python3 -m kforge train $args --name $name --max-steps ${SCALE_STEPS:-4} \
+            > /root/scale/$name.log 2>&1
+          echo "$name rc=$?" >> /root/scale/done.txt
+        done' > /root/scale/driver.log 2>&1 < /dev/null &)
+      sleep 2; echo "scaling: started (${SCALE_RUNS:-1:default 1:continuous 2:continuous})" ;;
+    scaling_status)
+      cat /root/scale/done.txt 2>/dev/null; tail -n 5 /root/scale/*.log 2>/dev/null | cut -c1-300
+      runs=$(for d in /root/scale/runs/*/; do [ -f "$d/metrics.jsonl" ] && echo "$d=$(basename "$d")"; done)
+      [ -n "$runs" ] && python3 -m bench.steps_per_hour $runs --skip 1 | tee "$OUT/scaling.md"
+      for f in /root/scale/*.plan /root/scale/*.log; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+      for d in /root/scale/runs/*/; do [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$OUT/$(basename "$d")_metrics.jsonl"; done ;;
     *) echo "unknown section $s" ;;
   esac
 done

@@ -444,6 +444,10 @@ ATTACKS = [
                                      "bare": "correct+output_not_from_kernel"},
            "copy_then_clamp.py with `torch.equal` replaced through a rename, so the written-bytes comparison "
            "never differed", item=4),
+    Attack("module_thaw.py", {"all": "static_check_failed", "no_static": "compile_error",
+                              "bare": "correct+output_not_from_kernel"},
+           "module_alias_equal.py after swapping the frozen module's class back through `object.__setattr__`: "
+           "an audit event on a protected module, refused", item=4),
     Attack("storage_swap.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
            "the sampled storage's bytes moved by `share_memory_()` while a numpy array keeps its old memory, "
            "where PyTorch writes the answer: an output over the address of a storage that moved is overwritten",

@@ -177,6 +177,7 @@ def install_audit_hook(guard: Guard) -> None:
     protected = _PROTECTED
     events = DENIED_EVENTS | CODE_EVENTS
     code_events = CODE_EVENTS
+    module_type = types.ModuleType
     like = candidate_like
     may = may_make_code
     asker = asker_is_candidate
@@ -209,7 +210,9 @@ def install_audit_hook(guard: Guard) -> None:
                     denied.append("open:fd")
                     raise PermissionError("kforge sandbox: opening a file descriptor by path is not allowed")
                 if event in ("object.__setattr__", "object.__delattr__"):
-                    owner = getattr(args[0], "__module__", "") if args else ""
+                    # A module (its `__class__` swapped back to thaw it) by its own name, a class by its module's.
+                    target = args[0] if args else None
+                    owner = target.__name__ if isinstance(target, module_type) else getattr(target, "__module__", "")
                     # By package: the candidate's own module (`kforge_candidate`) is not kforge's.
                     if not isinstance(owner, str) or owner.split(".")[0] not in protected:
                         return
@@ -245,7 +248,7 @@ def freeze_modules(guard: Guard) -> int:
     class Frozen(types.ModuleType):
         def __setattr__(self, name: str, value: object) -> None:
             held = own_dict(self, "__dict__")
-            if name in held and held[name] is not value:
+            if (name in held and held[name] is not value) or name == "__class__":  # `__class__`: a thaw
                 refuse(self, name, "module.__setattr__")
             set_attr(self, name, value)
 

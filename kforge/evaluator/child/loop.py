@@ -28,6 +28,7 @@ from kforge.evaluator.wire import read_pickle_blocking, send_message
 # Bound before any candidate code runs: the loop times and syncs through these.
 _perf = time.perf_counter
 _no_grad = torch.no_grad
+_equal, _synchronize = torch.equal, torch.cuda.synchronize  # the evidence's, bound before any candidate code
 
 
 @contextlib.contextmanager
@@ -108,7 +109,7 @@ class RequestLoop:
         self.wfd, self.rfd = wfd, rfd
         self.guard, self.changed = guard, changed
         self.on_gpu = device.startswith("cuda")
-        self.sync: Callable[[], None] = torch.cuda.synchronize if self.on_gpu else (lambda: None)
+        self.sync: Callable[[], None] = _synchronize if self.on_gpu else (lambda: None)
         self.arena = ArenaWriter(arena_fd, self.on_gpu)
         self.flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device=device) if self.on_gpu else None
         self.kept: Any = None  # the last call's inputs and outputs, let go at the next request
@@ -158,7 +159,7 @@ class RequestLoop:
             self.guard.written = None
             ev["aliases_input"] = any(a < e and s < b for a, b in out_ranges for s, e in in_ranges)
             ev["equals_input"] = any(isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and x.shape == o.shape
-                                     and x.dtype == o.dtype and bool(torch.equal(x, o)) for o in out for x in inputs)
+                                     and x.dtype == o.dtype and bool(_equal(x, o)) for o in out for x in inputs)
             msg["evidence"] = ev | self.evidence()
             self.guard.held = None
             del self.guard.launches[start:]  # evidence taken; timed calls must not grow the record

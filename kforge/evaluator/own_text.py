@@ -54,7 +54,7 @@ using value values variable version view was were when where which while with wi
 wrong x y you zero Errno Permission denied Fatal Python Segmentation fault Aborted CUDA Triton PyTorch
 torch nn functional tl OutOfMemoryError CompilationError CompileTimeAssertionFailure OutOfResources
 InterpreterError AcceleratorError system directory exist exists detected killed signal process permitted
-kforge sandbox candidate thread threads started lock down allowed changing
+kforge sandbox candidate thread threads started lock down allowed changing dispatch entered still forward after
 """.split())
 _LOWER = frozenset(w.lower() for w in VOCABULARY)
 

@@ -448,6 +448,13 @@ ATTACKS = [
                               "bare": "correct+output_not_from_kernel"},
            "module_alias_equal.py after swapping the frozen module's class back through `object.__setattr__`: "
            "an audit event on a protected module, refused", item=4),
+    Attack("mode_left_entered.py", {"all": "compile_error", "no_static": "compile_error", "bare": "compile_error"},
+           "a TorchFunctionMode of a library path kept entered after forward answered the harness's copy into the "
+           "arena: a call that returns with a new mode entered is an error", item=1),
+    Attack("update_wrapper_module.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                        "bare": "compile_error"},
+           "update_wrapper wrote a Tensor subclass into torch's own dict past the frozen module; the loop binds "
+           "torch.Tensor at import", item=1),
     Attack("storage_swap.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
            "the sampled storage's bytes moved by `share_memory_()` while a numpy array keeps its old memory, "
            "where PyTorch writes the answer: an output over the address of a storage that moved is overwritten",

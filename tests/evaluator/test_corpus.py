@@ -199,6 +199,17 @@ def test_corpus_case(pools: _Pools, case: Case, tmp_path: Path) -> None:
     assert after.correct, after.feedback
 
 
+def test_an_honest_import_of_a_library_module_not_loaded_yet_is_judged_as_any_other(pool: EvalPool) -> None:
+    """`from triton.language.extra import libdevice` (erf, tanh for a GELU) loads modules the child has not
+    loaded: the loader's reads of their files were refused as the candidate's `open` (compile_error), and with
+    every module frozen the import would have been refused for setting the new module's `__loader__`."""
+    good = (CANDIDATES / "relu_correct.py").read_text().replace(
+        "import triton.language as tl\n", "import triton.language as tl\nfrom triton.language.extra import libdevice\n")
+    assert "libdevice" in good
+    verdict = pool.submit(make_problem("relu"), good).result(timeout=120)
+    assert verdict.correct and not verdict.flags, (verdict.status, verdict.flags, verdict.error)
+
+
 def test_evaluate_many_keeps_order(pool: EvalPool) -> None:
     good = (CANDIDATES / "relu_correct.py").read_text()
     zeros = (CANDIDATES / "returns_zeros.py").read_text()

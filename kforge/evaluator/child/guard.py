@@ -153,6 +153,19 @@ def may_make_code(event: str, args: tuple[Any, ...], caller: str, libraries: tup
     return caller.startswith(stdlib) and caller.endswith(_CODE_MAKERS) and event in ("exec", "compile")
 
 
+def import_read(frame: types.FrameType | None, args: tuple[object, ...], libraries: tuple[str, ...]) -> bool:
+    """Python's import reading a module file of an installed library: an import the hook lets through (of
+    torch, Triton, numpy: `from triton.language.extra import libdevice`) loads modules the child has not
+    loaded yet, and the loader's read of their files must not count as the candidate's `open`."""
+    import os
+
+    if frame is None or frame.f_code.co_filename != "<frozen importlib._bootstrap_external>":
+        return False
+    path, mode = args[0], str(args[1]) if len(args) > 1 else "r"
+    return (isinstance(path, str) and not set(mode) & set("wax+")
+            and os.path.abspath(path).startswith(libraries) and path.endswith((".py", ".pyc", ".so")))
+
+
 def _library_dirs() -> tuple[str, ...]:
     """Folders whose files are installed code: the standard library and every sys.path folder except the
     working folder (Landlock keeps the child from writing any of them)."""
@@ -218,6 +231,8 @@ def install_audit_hook(guard: Guard) -> None:
                         return
                 if event == "import" and args and str(args[0]).split(".")[0] in ("torch", "triton", "math", "numpy"):
                     return
+                if event == "open" and args and import_read(getframe(1), args, libraries):
+                    return
                 if not asker(getframe(1), cand, stdlib, triton_dir):  # frame 0 is the hook
                     return
             denied.append(event)
@@ -259,7 +274,9 @@ def freeze_modules(guard: Guard) -> int:
 
     count = 0
     for name, module in list(sys.modules.items()):
-        if type(module) is plain and name.split(".")[0] in _PROTECTED:
+        # Not `sys`: importlib makes every new module as `type(sys)(name)`, and sets its `__loader__` over the
+        # None there; frozen, every import of a module not loaded yet would be refused.
+        if type(module) is plain and name.split(".")[0] in _PROTECTED and name != "sys":
             module.__class__ = Frozen
             count += 1
     return count

@@ -211,6 +211,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     durations["cuda_init_s"] = _gpu_init(device)
     known = _start_pools()  # taken before the candidate's file exists: nothing of it has run
     _write(job["scratch"], "candidate.py", job["code"])
+    sys.dont_write_bytecode = True  # an import the candidate makes reads a library's files; it writes none
     if job.get("audit_hook", True):
         guard_mod.freeze_modules(guard)
         guard_mod.install_audit_hook(guard)

@@ -28,7 +28,29 @@ from kforge.evaluator.wire import read_pickle_blocking, send_message
 # Bound before any candidate code runs: the loop times and syncs through these.
 _perf = time.perf_counter
 _no_grad = torch.no_grad
-_equal, _synchronize = torch.equal, torch.cuda.synchronize  # the evidence's, bound before any candidate code
+# What the loop uses once the candidate's code ran, bound before any of it runs: a name replaced in torch's
+# own dict later (a route no frozen module sees) changes nothing here.
+_equal, _synchronize, _Tensor, _Event = torch.equal, torch.cuda.synchronize, torch.Tensor, torch.cuda.Event
+_fn_len, _fn_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
+_dispatch_len, _dispatch_at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
+_no_fn_modes, _no_dispatch_modes = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
+_profile, _ProfilerActivity = torch.profiler.profile, torch.profiler.ProfilerActivity
+MODE_LEFT = ("kforge sandbox: a torch function or dispatch mode entered in the candidate's forward is still "
+             "entered after it returned")
+
+
+def _modes() -> tuple[int, ...]:
+    """The torch-function and dispatch modes entered in this thread, by identity."""
+    return (*(id(_fn_at(i)) for i in range(_fn_len())), -1, *(id(_dispatch_at(i)) for i in range(_dispatch_len())))
+
+
+@contextlib.contextmanager
+def _harness_only() -> Iterator[None]:
+    """What the harness does with a call's outputs (the copy into the arena, the evidence) runs with every
+    torch-function and dispatch mode switched off: a mode the candidate pushed from a callback on the way
+    (a weakref finaliser) sees none of it."""
+    with _no_fn_modes(), _no_dispatch_modes():
+        yield
 
 
 @contextlib.contextmanager
@@ -61,7 +83,7 @@ def make_inputs(problem: types.ModuleType, seed: int, signed: bool, device: str)
     with _device_context(device), (_signed_rand() if signed else contextlib.nullcontext()):
         torch.manual_seed(seed)
         inputs = list(problem.get_inputs())
-    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    return [x.to(device) if isinstance(x, _Tensor) else x for x in inputs]
 
 
 def _flatten(out: object) -> list[Any]:
@@ -71,19 +93,19 @@ def _flatten(out: object) -> list[Any]:
 def _ranges(values: list[Any]) -> list[tuple[int, int]]:
     out = []
     for v in values:
-        if isinstance(v, torch.Tensor) and v.numel():
+        if isinstance(v, _Tensor) and v.numel():
             st = v.untyped_storage()
             out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
     return out
 
 
 def _meta(out: list[Any]) -> list[Any]:
-    return [[list(o.shape), str(o.dtype)] if isinstance(o, torch.Tensor) else None for o in out]
+    return [[list(o.shape), str(o.dtype)] if isinstance(o, _Tensor) else None for o in out]
 
 
 def _plain(out: list[Any]) -> list[Any]:
     """Non-tensor outputs travel in the answer (as plain JSON values; anything else as text)."""
-    return [None if isinstance(o, torch.Tensor) else o for o in out]
+    return [None if isinstance(o, _Tensor) else o for o in out]
 
 
 def category(exc: BaseException) -> str:
@@ -127,12 +149,17 @@ class RequestLoop:
         return ev | ({"lockdown": self.locked} if self.locked is not None else {})
 
     def call(self, inputs: list[Any]) -> list[Any]:
+        before = _modes()
         with _no_grad():
             out = _flatten(self.model(*inputs))
+        # A mode left entered (a suspended generator's `with`) would see every torch call the harness makes
+        # next, the copy into the arena included, and could answer it.
+        if _modes() != before:
+            raise RuntimeError(MODE_LEFT)
         # Only plain tensors hold their values once the call returns: a subclass could compute lazily,
         # later, and only the elements someone reads.
         for o in out:
-            if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
+            if isinstance(o, _Tensor) and type(o) is not _Tensor:
                 raise TypeError(f"outputs must be plain torch.Tensor objects, not {type(o).__name__}")
         self.sync()
         return out
@@ -150,6 +177,10 @@ class RequestLoop:
             if self.guard is not None:
                 self.guard.ablate = False
         self.kept = (inputs, out)  # as in a timed call: let go only once the parent has read them
+        with _harness_only():
+            return self._trial_answer(req, inputs, out, start)
+
+    def _trial_answer(self, req: dict[str, Any], inputs: list[Any], out: list[Any], start: int) -> dict[str, Any]:
         self.arena.put(out, req.get("slots"), req.get("size", 0))
         msg: dict[str, Any] = {"type": P.TRIAL, "id": req["id"], "meta": _meta(out), "plain": _plain(out)}
         if self.guard is not None:
@@ -158,13 +189,13 @@ class RequestLoop:
             ev["outputs_overwritten"] = self.guard.written.overwritten(out)
             self.guard.written = None
             ev["aliases_input"] = any(a < e and s < b for a, b in out_ranges for s, e in in_ranges)
-            ev["equals_input"] = any(isinstance(o, torch.Tensor) and isinstance(x, torch.Tensor) and x.shape == o.shape
+            ev["equals_input"] = any(isinstance(o, _Tensor) and isinstance(x, _Tensor) and x.shape == o.shape
                                      and x.dtype == o.dtype and bool(_equal(x, o)) for o in out for x in inputs)
             msg["evidence"] = ev | self.evidence()
             self.guard.held = None
             del self.guard.launches[start:]  # evidence taken; timed calls must not grow the record
         else:  # the trusted reference says whether its inputs lie in [0, 1) (then a signed trial is added)
-            floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()]
+            floats = [x for x in inputs if isinstance(x, _Tensor) and x.is_floating_point() and x.numel()]
             msg["unit"] = bool(floats) and all(float(x.min()) >= 0.0 and float(x.max()) < 1.0 for x in floats)
         return msg
 
@@ -193,7 +224,7 @@ class RequestLoop:
                 self.flush.zero_()
             self.sync()
             if self.on_gpu:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 start.record()
                 out = self.call(inputs)
                 end.record()
@@ -205,23 +236,22 @@ class RequestLoop:
                 ms = (_perf() - t0) * 1e3
         send_message(self.wfd, {"type": P.WINDOW})
         self.kept = (inputs, out)
-        self.arena.put(out, req.get("slots"), req.get("size", 0))
-        msg: dict[str, Any] = {"type": P.TIMED, "ms": ms, "plain": _plain(out), "coverage": cov}
-        if self.guard is not None:
-            out_ranges = _ranges(out)
-            msg["evidence"] = guard_mod.summarize(self.guard.launches, _ranges(inputs) + out_ranges, out_ranges)
-            self.guard.held = None
-            del self.guard.launches[:]
+        with _harness_only():
+            self.arena.put(out, req.get("slots"), req.get("size", 0))
+            msg: dict[str, Any] = {"type": P.TIMED, "ms": ms, "plain": _plain(out), "coverage": cov}
+            if self.guard is not None:
+                out_ranges = _ranges(out)
+                msg["evidence"] = guard_mod.summarize(self.guard.launches, _ranges(inputs) + out_ranges, out_ranges)
+                self.guard.held = None
+                del self.guard.launches[:]
         return msg
 
     def _profiled(self, inputs: list[Any]) -> tuple[list[Any], float | None]:
         """One call under the profiler: its outputs, and the share of GPU time in the candidate's kernels."""
         if not self.on_gpu or self.guard is None:
             return self.call(inputs), None
-        from torch.profiler import ProfilerActivity, profile
-
         start = len(self.guard.launches)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with _profile(activities=[_ProfilerActivity.CUDA]) as prof:
             out = self.call(inputs)
         names = {launch.name for launch in self.guard.launches[start:] if launch.candidate and launch.name}
         names |= self.guard.cuda_kernels

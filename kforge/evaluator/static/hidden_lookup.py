@@ -4,7 +4,11 @@
 (`case object(__closure__=cells)`: the name is a keyword of the pattern, no node of its own) and in
 `functools.update_wrapper(holder, f, assigned=(name,))`, which copies `f.<name>` for a name chosen at
 run time (`dataclasses.fields(H)[0].name` spells a dunder without writing it), after which a positional
-class pattern on the holder reads it back. Neither is needed by any kernel.
+class pattern on the holder reads it back. Neither is needed by any kernel. The same wrappers write too:
+`functools.update_wrapper(torch, h)` ends in `torch.__dict__.update(h.__dict__)`, a store into a library's
+module that no attribute assignment spells (and no frozen module sees), so a wrapper that resolves to an
+imported name (a module or anything of a library's) is refused as well; an ordinary decorator's
+`@functools.wraps(f)` on a function of the candidate's stays fine.
 """
 
 from __future__ import annotations
@@ -28,4 +32,9 @@ def hidden_lookups(tree: ast.Module, resolve: Callable[[ast.AST], str], hidden: 
             fixed = _WRAPPERS[resolve(node.func)]
             if len(node.args) > fixed or any(k.arg in ("assigned", "updated") or k.arg is None for k in node.keywords):
                 found.append((f"`{resolve(node.func)}` with the attribute names it copies", node))
+            elif resolve(node.func) == "functools.update_wrapper" and node.args and resolve(node.args[0]):
+                found.append(("`functools.update_wrapper` into a library's object (it writes its attributes)", node))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Call) and node.args
+              and resolve(node.func.func) == "functools.wraps" and resolve(node.args[0])):
+            found.append(("`functools.wraps` applied to a library's object (it writes its attributes)", node))
     return found

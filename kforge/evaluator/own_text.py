@@ -55,6 +55,7 @@ wrong x y you zero Errno Permission denied Fatal Python Segmentation fault Abort
 torch nn functional tl OutOfMemoryError CompilationError CompileTimeAssertionFailure OutOfResources
 InterpreterError AcceleratorError system directory exist exists detected killed signal process permitted
 kforge sandbox candidate thread threads started lock down allowed changing dispatch entered still forward after
+mode registered harness uses
 """.split())
 _LOWER = frozenset(w.lower() for w in VOCABULARY)
 

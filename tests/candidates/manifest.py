@@ -455,6 +455,13 @@ ATTACKS = [
                                         "bare": "compile_error"},
            "update_wrapper wrote a Tensor subclass into torch's own dict past the frozen module; the loop binds "
            "torch.Tensor at import", item=1),
+    Attack("dispatch_override.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                     "bare": "compile_error"},
+           "a Python kernel for aten::copy_ answered the harness's copy into the arena: the ops the harness uses "
+           "are sealed before the candidate's code runs", item=1),
+    Attack("mode_at_import.py", {"all": "compile_error", "no_static": "compile_error", "bare": "compile_error"},
+           "a mode entered at import forged written.py's sample: the baseline of modes is taken before the "
+           "candidate's code runs, and samples run with every mode off", item=4),
     Attack("storage_swap.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
            "the sampled storage's bytes moved by `share_memory_()` while a numpy array keeps its old memory, "
            "where PyTorch writes the answer: an output over the address of a storage that moved is overwritten",

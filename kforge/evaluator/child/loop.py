@@ -22,7 +22,7 @@ from kforge.evaluator import protocol as P
 from kforge.evaluator.child import guard as guard_mod
 from kforge.evaluator.child.arena_writer import ArenaWriter
 from kforge.evaluator.child.coverage import kernel_coverage, kernel_times
-from kforge.evaluator.child.written import Written
+from kforge.evaluator.child.written import SEAL_BROKEN, DispatchSeal, Written, harness_only
 from kforge.evaluator.wire import read_pickle_blocking, send_message
 
 # Bound before any candidate code runs: the loop times and syncs through these.
@@ -33,24 +33,13 @@ _no_grad = torch.no_grad
 _equal, _synchronize, _Tensor, _Event = torch.equal, torch.cuda.synchronize, torch.Tensor, torch.cuda.Event
 _fn_len, _fn_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
 _dispatch_len, _dispatch_at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
-_no_fn_modes, _no_dispatch_modes = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
 _profile, _ProfilerActivity = torch.profiler.profile, torch.profiler.ProfilerActivity
-MODE_LEFT = ("kforge sandbox: a torch function or dispatch mode entered in the candidate's forward is still "
-             "entered after it returned")
+MODE_LEFT = "kforge sandbox: a torch function or dispatch mode the candidate entered is still entered after forward"
 
 
-def _modes() -> tuple[int, ...]:
+def modes() -> tuple[int, ...]:
     """The torch-function and dispatch modes entered in this thread, by identity."""
     return (*(id(_fn_at(i)) for i in range(_fn_len())), -1, *(id(_dispatch_at(i)) for i in range(_dispatch_len())))
-
-
-@contextlib.contextmanager
-def _harness_only() -> Iterator[None]:
-    """What the harness does with a call's outputs (the copy into the arena, the evidence) runs with every
-    torch-function and dispatch mode switched off: a mode the candidate pushed from a callback on the way
-    (a weakref finaliser) sees none of it."""
-    with _no_fn_modes(), _no_dispatch_modes():
-        yield
 
 
 @contextlib.contextmanager
@@ -126,8 +115,12 @@ class RequestLoop:
     """The request loop; the candidate's adds evidence (`guard`) and identity checks (`changed`)."""
 
     def __init__(self, model: torch.nn.Module, problem: types.ModuleType, device: str, wfd: int, rfd: int, arena_fd: int | None,
-                 guard: guard_mod.Guard | None = None, changed: Callable[[], list[str]] | None = None) -> None:
+                 guard: guard_mod.Guard | None = None, changed: Callable[[], list[str]] | None = None,
+                 seal: DispatchSeal | None = None, baseline: tuple[int, ...] | None = None) -> None:
         self.model, self.problem, self.device = model, problem, device
+        # Taken before the candidate's code ran (the harness passes them): the dispatcher's kernels for the
+        # ops the harness uses, and the modes entered then (none of the candidate's, at import or later).
+        self.seal, self.baseline = seal, modes() if baseline is None else baseline
         self.wfd, self.rfd = wfd, rfd
         self.guard, self.changed = guard, changed
         self.on_gpu = device.startswith("cuda")
@@ -149,13 +142,14 @@ class RequestLoop:
         return ev | ({"lockdown": self.locked} if self.locked is not None else {})
 
     def call(self, inputs: list[Any]) -> list[Any]:
-        before = _modes()
         with _no_grad():
             out = _flatten(self.model(*inputs))
-        # A mode left entered (a suspended generator's `with`) would see every torch call the harness makes
-        # next, the copy into the arena included, and could answer it.
-        if _modes() != before:
+        # A mode left entered (a suspended generator's `with`, at import or in forward) would see the torch
+        # calls the harness makes; a kernel registered for an op the harness uses would run inside them.
+        if modes() != self.baseline:
             raise RuntimeError(MODE_LEFT)
+        if self.seal is not None and not self.seal.intact():
+            raise RuntimeError(SEAL_BROKEN)
         # Only plain tensors hold their values once the call returns: a subclass could compute lazily,
         # later, and only the elements someone reads.
         for o in out:
@@ -170,14 +164,14 @@ class RequestLoop:
         if self.guard is not None:
             self.guard.held = []
             self.guard.ablate = bool(req.get("ablate"))
-            self.guard.written = Written(self.sync, self.on_gpu)  # what each launch left, by value (written.py)
+            self.guard.written = Written(self.sync, self.on_gpu, self.seal)  # what each launch left (written.py)
         try:
             out = self.call(inputs)
         finally:
             if self.guard is not None:
                 self.guard.ablate = False
         self.kept = (inputs, out)  # as in a timed call: let go only once the parent has read them
-        with _harness_only():
+        with harness_only():
             return self._trial_answer(req, inputs, out, start)
 
     def _trial_answer(self, req: dict[str, Any], inputs: list[Any], out: list[Any], start: int) -> dict[str, Any]:
@@ -236,7 +230,7 @@ class RequestLoop:
                 ms = (_perf() - t0) * 1e3
         send_message(self.wfd, {"type": P.WINDOW})
         self.kept = (inputs, out)
-        with _harness_only():
+        with harness_only():
             self.arena.put(out, req.get("slots"), req.get("size", 0))
             msg: dict[str, Any] = {"type": P.TIMED, "ms": ms, "plain": _plain(out), "coverage": cov}
             if self.guard is not None:

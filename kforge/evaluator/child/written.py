@@ -29,8 +29,9 @@ candidate code runs: replacing `torch.equal` later changes nothing here.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -38,6 +39,40 @@ import torch
 _equal, _cat, _arange, _randint, _empty = torch.equal, torch.cat, torch.arange, torch.randint, torch.empty
 _uint8, _Tensor, _Generator = torch.uint8, torch.Tensor, torch.Generator
 _capturing = torch.cuda.is_current_stream_capturing
+
+# The ops the harness's own samples and copies go through (here, the copy into the arena, the request loop's
+# checks): what the dispatcher runs for them is sealed before any candidate code runs (DispatchSeal).
+HARNESS_OPS = ("aten::copy_", "aten::clone", "aten::index_select", "aten::equal", "aten::empty.memory_format",
+               "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset", "aten::view", "aten::view.dtype",
+               "aten::detach", "aten::t", "aten::reshape", "aten::_reshape_alias", "aten::contiguous", "aten::arange",
+               "aten::arange.start", "aten::cat", "aten::randint.low_generator", "aten::_to_copy", "aten::to.dtype",
+               "aten::to.device", "aten::to.dtype_layout", "aten::lift_fresh", "aten::alias", "aten::as_strided",
+               "aten::_copy_from", "aten::_copy_from_and_resize", "aten::resize_", "aten::_local_scalar_dense")
+_dump_table = torch._C._dispatch_dump_table
+_no_fn_modes, _no_dispatch_modes = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
+SEAL_BROKEN = "kforge sandbox: a kernel was registered for a PyTorch operator the harness uses"
+
+
+class DispatchSeal:
+    """The dispatcher's kernels for HARNESS_OPS as they were before the candidate's code ran. A kernel
+    registered for one of them later (a Python kernel for `aten::copy_`, through any path to torch.library)
+    would run inside the harness's own copies: in the copy into the arena it chose what the parent reads."""
+
+    def __init__(self) -> None:
+        self.tables = {op: _dump_table(op) for op in HARNESS_OPS}
+
+    def intact(self) -> bool:
+        return all(_dump_table(op) == table for op, table in self.tables.items())
+
+
+@contextlib.contextmanager
+def harness_only() -> Iterator[None]:
+    """The harness's own torch calls (samples, the copy into the arena, the evidence) with every
+    torch-function and dispatch mode switched off: a mode the candidate entered (at import, in forward, or
+    from a callback on the way) sees none of them."""
+    with _no_fn_modes(), _no_dispatch_modes():
+        yield
+
 
 WHOLE_BYTES = 1 << 20  # a storage up to this size is kept whole
 EDGE_BYTES = 4096  # else its first and last bytes,
@@ -76,8 +111,9 @@ class Sample:
 class Written:
     """One trial's record of each storage the candidate's launches were handed."""
 
-    def __init__(self, sync: Callable[[], None], on_gpu: bool = False) -> None:
-        self.sync = sync
+    def __init__(self, sync: Callable[[], None], on_gpu: bool = False, seal: DispatchSeal | None = None) -> None:
+        self.sync, self.seal = sync, seal
+        self.tampered = False  # the seal broke during a sample: no output of this trial counts as the kernel's
         self.capturing: Callable[[], bool] = _capturing if on_gpu else (lambda: False)
         self.gen = _Generator()
         self.gen.seed()  # from the system's random source: the positions are not the candidate's to know
@@ -102,22 +138,34 @@ class Written:
             return None
         return sample
 
+    def _sealed(self) -> None:
+        if self.seal is not None and not self.seal.intact():
+            self.tampered = True
+            raise RuntimeError(SEAL_BROKEN)
+
     def before_launch(self, tensors: list[object]) -> None:
         """A launch of the candidate's is about to run: what its storages hold now tells afterwards whether it
         changed anything."""
         if self.capturing():
             return
-        self.sync()  # what the candidate enqueued before this launch has run
-        for key in self._storages(tensors):
-            sample = self._known(key)
-            if sample is not None:
-                sample.before = sample.now()
+        self._sealed()
+        with harness_only():
+            self.sync()  # what the candidate enqueued before this launch has run
+            for key in self._storages(tensors):
+                sample = self._known(key)
+                if sample is not None:
+                    sample.before = sample.now()
 
     def after_launch(self, tensors: list[object]) -> None:
         """A launch of the candidate's returned: sample every storage it was handed, as it is now. A launch
         captured into a CUDA graph ran nothing yet (and a sync would break the capture): it leaves no sample."""
         if self.capturing():
             return
+        self._sealed()
+        with harness_only():
+            self._after_launch(tensors)
+
+    def _after_launch(self, tensors: list[object]) -> None:
         self.sync()  # the launch's work is done, and nothing the candidate enqueues after it has run yet
         for key, t in self._storages(tensors).items():
             sample = self._known(key)
@@ -135,6 +183,8 @@ class Written:
         """How many outputs share a storage with a launch of the candidate's and hold other bytes there than
         the last launch that changed it left (or lie over an address whose sampled storage moved away)."""
         self.sync()
+        if self.tampered:
+            return len(self._storages(outputs))
         count = 0
         for s, e in self._storages(outputs):
             hit = any(a < e and s < b for a, b in self.moved)

@@ -87,6 +87,9 @@ _FORBIDDEN_MODULE_NAMES = frozenset({"sys", "os", "gc", "inspect", "ctypes", "im
 _BANNED_NAMES = frozenset({"exec", "eval", "compile", "__import__", "open", "globals", "locals", "vars",
                            "breakpoint", "input", "__builtins__", "__loader__", "__spec__", "memoryview",
                            "delattr"})
+# The dispatcher's doors, as attributes of anything (`same(torch).library` resolves to no import): a kernel
+# registered for an op runs inside the harness's own copies (the child's DispatchSeal is the run-time check).
+_DISPATCH_ATTRS = frozenset({"library", "_library", "ops", "_ops", "overrides", "_C", "_python_dispatch"})
 _FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame", "cr_frame",
                           "ag_frame", "tb_frame", "tb_next", "co_code", "co_consts", "co_filename", "func_globals",
                           "modules", "_getframe", "settrace", "setprofile", "get_objects", "get_referrers",
@@ -333,7 +336,7 @@ class _CandidateVisitor(ast.NodeVisitor):
         on_module = base.split(".")[0] in self.aliases and _resolve(base, self.aliases) != ""
         if attr.startswith("__") and attr.endswith("__") and attr not in _DUNDER_OK:
             self._ban(f"the attribute `{attr}`", node)
-        elif attr in _FRAME_ATTRS or attr in _FORBIDDEN_MODULE_NAMES or attr in _SUBCLASS_ATTRS:
+        elif attr in _FRAME_ATTRS or attr in _FORBIDDEN_MODULE_NAMES or attr in _SUBCLASS_ATTRS or attr in _DISPATCH_ATTRS:
             self._ban(f"`.{attr}`", node)
         elif on_module and attr.startswith("_"):
             self._ban(f"the private attribute `{base}.{attr}`", node)

@@ -128,7 +128,8 @@ def run_reference(job: dict[str, Any], wfd: int, rfd: int) -> None:
         return
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
     send_message(wfd, {"type": P.READY, "state": state, "gpu": gpu, "durations": {"cuda_init_s": cuda_init_s}})
-    RequestLoop(model, problem, device, wfd, rfd, job.get("arena_fd")).serve()
+    # Sealed as a candidate's loop is, so the check after each timed call's window costs both sides alike.
+    RequestLoop(model, problem, device, wfd, rfd, job.get("arena_fd"), seal=DispatchSeal()).serve()
 
 
 # Compiles Triton's driver helpers into the warm cache that candidates get a copy of.

@@ -462,6 +462,13 @@ ATTACKS = [
     Attack("mode_at_import.py", {"all": "compile_error", "no_static": "compile_error", "bare": "compile_error"},
            "a mode entered at import forged written.py's sample: the baseline of modes is taken before the "
            "candidate's code runs, and samples run with every mode off", item=4),
+    Attack("python_dispatcher.py", {"all": "static_check_failed", "no_static": "compile_error",
+                                     "bare": "compile_error"},
+           "a py_impl kernel for aten.copy_ with the Python dispatcher kept on answered the copy into the arena: "
+           "sealed, part of the baseline, switched off for the harness's calls", item=1),
+    Attack("seal_gap_empty_like.py", {"all": "static_check_failed", "no_static": "correct+output_not_from_kernel",
+                                      "bare": "correct+output_not_from_kernel"},
+           "a C++ kernel for an op outside the sealed list, through a re-export of torch.library", item=4),
     Attack("storage_swap.py", {"all": "correct+output_not_from_kernel", "bare": "correct+output_not_from_kernel"},
            "the sampled storage's bytes moved by `share_memory_()` while a numpy array keeps its old memory, "
            "where PyTorch writes the answer: an output over the address of a storage that moved is overwritten",

@@ -33,13 +33,16 @@ _no_grad = torch.no_grad
 _equal, _synchronize, _Tensor, _Event = torch.equal, torch.cuda.synchronize, torch.Tensor, torch.cuda.Event
 _fn_len, _fn_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
 _dispatch_len, _dispatch_at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
+_tls_included, _tls_excluded = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
 _profile, _ProfilerActivity = torch.profiler.profile, torch.profiler.ProfilerActivity
 MODE_LEFT = "kforge sandbox: a torch function or dispatch mode the candidate entered is still entered after forward"
 
 
-def modes() -> tuple[int, ...]:
-    """The torch-function and dispatch modes entered in this thread, by identity."""
-    return (*(id(_fn_at(i)) for i in range(_fn_len())), -1, *(id(_dispatch_at(i)) for i in range(_dispatch_len())))
+def modes() -> tuple[object, ...]:
+    """The torch-function and dispatch modes entered in this thread, by identity, and the thread's dispatch
+    keys switched on and off (the Python dispatcher is one: `enable_python_dispatcher` adds it)."""
+    return (*(id(_fn_at(i)) for i in range(_fn_len())), -1, *(id(_dispatch_at(i)) for i in range(_dispatch_len())),
+            repr(_tls_included()), repr(_tls_excluded()))
 
 
 @contextlib.contextmanager
@@ -116,7 +119,7 @@ class RequestLoop:
 
     def __init__(self, model: torch.nn.Module, problem: types.ModuleType, device: str, wfd: int, rfd: int, arena_fd: int | None,
                  guard: guard_mod.Guard | None = None, changed: Callable[[], list[str]] | None = None,
-                 seal: DispatchSeal | None = None, baseline: tuple[int, ...] | None = None) -> None:
+                 seal: DispatchSeal | None = None, baseline: tuple[object, ...] | None = None) -> None:
         self.model, self.problem, self.device = model, problem, device
         # Taken before the candidate's code ran (the harness passes them): the dispatcher's kernels for the
         # ops the harness uses, and the modes entered then (none of the candidate's, at import or later).

@@ -49,27 +49,41 @@ HARNESS_OPS = ("aten::copy_", "aten::clone", "aten::index_select", "aten::equal"
                "aten::_copy_from_and_resize")
 _dump_table = torch._C._dispatch_dump_table
 _no_fn_modes, _no_dispatch_modes = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
+_no_python_dispatcher = torch._C._DisablePythonDispatcher
 SEAL_BROKEN = "kforge sandbox: a kernel was registered for a PyTorch operator the harness uses"
 
 
+def _overload(name: str) -> object:
+    """`aten::view.dtype` -> torch.ops.aten.view.dtype (`.default` without an overload name)."""
+    namespace, _, rest = name.partition("::")
+    op, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+
+
+def _python_kernels(overload: object) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((str(key), id(fn)) for key, fn in getattr(overload, "py_kernels", {}).items()))
+
+
 class DispatchSeal:
-    """The dispatcher's kernels for HARNESS_OPS as they were before the candidate's code ran. A kernel
-    registered for one of them later (a Python kernel for `aten::copy_`, through any path to torch.library)
-    would run inside the harness's own copies: in the copy into the arena it chose what the parent reads."""
+    """The dispatcher's kernels for HARNESS_OPS as they were before the candidate's code ran: the C++ table
+    (`torch.library` registrations land there) and the Python dispatcher's kernels of each overload
+    (`py_impl`). A kernel registered for one of them later would run inside the harness's own copies: in the
+    copy into the arena it chose what the parent reads."""
 
     def __init__(self) -> None:
-        self.tables = {op: _dump_table(op) for op in HARNESS_OPS}
+        self.overloads = {op: _overload(op) for op in HARNESS_OPS}
+        self.tables = {op: (_dump_table(op), _python_kernels(ov)) for op, ov in self.overloads.items()}
 
     def intact(self) -> bool:
-        return all(_dump_table(op) == table for op, table in self.tables.items())
+        return all((_dump_table(op), _python_kernels(self.overloads[op])) == table for op, table in self.tables.items())
 
 
 @contextlib.contextmanager
 def harness_only() -> Iterator[None]:
     """The harness's own torch calls (samples, the copy into the arena, the evidence) with every
-    torch-function and dispatch mode switched off: a mode the candidate entered (at import, in forward, or
-    from a callback on the way) sees none of them."""
-    with _no_fn_modes(), _no_dispatch_modes():
+    torch-function and dispatch mode and the Python dispatcher switched off: a mode the candidate entered (at
+    import, in forward, or from a callback on the way) sees none of them."""
+    with _no_fn_modes(), _no_dispatch_modes(), _no_python_dispatcher():
         yield
 
 

@@ -89,7 +89,9 @@ _BANNED_NAMES = frozenset({"exec", "eval", "compile", "__import__", "open", "glo
                            "delattr"})
 # The dispatcher's doors, as attributes of anything (`same(torch).library` resolves to no import): a kernel
 # registered for an op runs inside the harness's own copies (the child's DispatchSeal is the run-time check).
-_DISPATCH_ATTRS = frozenset({"library", "_library", "ops", "_ops", "overrides", "_C", "_python_dispatch"})
+_DISPATCH_ATTRS = frozenset({"library", "_library", "ops", "_ops", "overrides", "_C", "_python_dispatch", "aten",
+                             "Library", "_Library", "py_impl", "_op_dk", "enable_python_dispatcher",
+                             "_EnablePythonDispatcher", "_DisablePythonDispatcher"})
 _FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame", "cr_frame",
                           "ag_frame", "tb_frame", "tb_next", "co_code", "co_consts", "co_filename", "func_globals",
                           "modules", "_getframe", "settrace", "setprofile", "get_objects", "get_referrers",
@@ -291,7 +293,7 @@ class _CandidateVisitor(ast.NodeVisitor):
         if node.level or not self._import_ok(module) and module not in self.allowed:
             self._ban(f"import from `{'.' * node.level}{module}`", node)
         for a in node.names:
-            if a.name == "*" or a.name.startswith("_") or a.name in _FORBIDDEN_MODULE_NAMES \
+            if a.name == "*" or a.name.startswith("_") or a.name in _FORBIDDEN_MODULE_NAMES or a.name in _DISPATCH_ATTRS \
                     or _banned_path(f"{module}.{a.name}", self.allowed):
                 self._ban(f"`from {module} import {a.name}`", node)
         self.generic_visit(node)

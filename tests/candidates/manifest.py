@@ -340,9 +340,9 @@ ATTACKS = [
     # One per item of the threat model (`item`). Under the old harness (the parent asked the child for values at
     # its positions, timing by median, no decoy trial, children as root) each got `correct` with no flag
     # in at least one of these modes.
-    Attack("lazy_mode.py", {"all": "static_check_failed", "no_static": "correct+timed_output_mismatch",
-                            "bare": "correct+timed_output_mismatch"},
-           "a TorchFunctionMode answered the samples from the inputs; the parent now reads the outputs itself", item=1),
+    Attack("lazy_mode.py", {"all": "static_check_failed", "no_static": "compile_error", "bare": "compile_error"},
+           "a TorchFunctionMode answered the samples from the inputs; the parent now reads the outputs itself, and "
+           "a call that returns with a mode entered is an error", item=1),
     Attack("library_index.py", {"all": "static_check_failed", "no_static": "correct+timed_output_mismatch",
                                 "bare": "correct+timed_output_mismatch"},
            "torch.library re-registered the indexing op that answered the samples; now nothing in the child is asked",

@@ -99,6 +99,7 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: i
     scratch = req["scratch"]
     uid, gid = req["run_as"]
     applied["uid"] = uid if sandbox.drop_privileges(uid, gid) else os.geteuid()
+    sandbox.set_pdeathsig()  # a change of user clears it (the kernel's commit_creds): asked again, as that user
     os.environ.clear()
     os.environ.update(req["env"])
     os.environ["HOME"] = scratch
@@ -147,10 +148,15 @@ def _inner(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, ns_flags: i
     os._exit(0)
 
 
-def _outer(req: dict[str, Any], rfd: int, wfd: int, afd: int | None) -> None:
+def _outer(req: dict[str, Any], rfd: int, wfd: int, afd: int | None, zygote: int) -> None:
     from kforge.evaluator import sandbox
     from kforge.evaluator.wire import send_message
 
+    # Dies with the zygote (which dies with the pool), so a trainer killed outright leaves no candidate
+    # running: a hang would otherwise spin on a core for good under init.
+    sandbox.set_pdeathsig()
+    if os.getppid() != zygote:  # the zygote went before the signal was asked for
+        os._exit(1)
     os.setsid()
     if req.get("cgroup"):
         try:
@@ -199,12 +205,13 @@ def serve(ctrl: socket.socket) -> None:
         req = pickle.loads(msg[_LEN.size:])
         rfd, wfd = fds[0], fds[1]
         afd = fds[2] if len(fds) > 2 else None  # the output arena (arena.py), when the child has one
+        zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
             ctrl.close()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             try:
-                _outer(req, rfd, wfd, afd)
+                _outer(req, rfd, wfd, afd, zygote)
             finally:
                 os._exit(1)
         for fd in fds:

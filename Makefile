@@ -42,11 +42,12 @@ test: lint
 
 # Without the tests marked slow (a real model, training, a pool or kforge processes at work, seconds of waiting):
 # the loop while changing code, under 3 minutes on a 2-core machine. Spread over TEST_WORKERS processes
-# (pytest-xdist), a test file's tests in one of them (its module-wide fixtures are set up once); the full
-# suite stays in one process, as CI runs it, so its load tests alone decide how loaded the machine is.
+# (pytest-xdist; an idle one takes tests from a busy one's queue: whole files per worker left one core idle
+# behind the longest file); the full suite stays in one process, as CI runs it, so its load tests alone
+# decide how loaded the machine is.
 TEST_WORKERS ?= 2
 test-fast: lint
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow" tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -13,11 +13,13 @@ logs it) and its steps per hour over the base row's (the first row unless `--bas
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from kforge.runs.folder import RunFolder
+from kforge.runs.layout import LOG_FILE, METRICS_FILE
 
 
 @dataclass
@@ -40,17 +42,16 @@ def _refuse(line: str) -> None:
 
 def read_run(folder: Path, label: str, skip: int) -> Row:
     """One run folder's row (a folder without metrics: one line on stderr, exit 2)."""
-    metrics = folder / "metrics.jsonl"
-    if not metrics.is_file():
-        _refuse(f"{folder} has no metrics.jsonl: give the folder of a `kforge train` run")
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    records = [r for r in records if "step" in r and "time" in r]
+    if not (folder / METRICS_FILE).is_file():
+        _refuse(f"{folder} has no {METRICS_FILE}: give the folder of a `kforge train` run")
+    # kforge's own reader: a torn last line skipped, a step a resumed run did again counted once
+    records = [r for r in RunFolder(folder).metrics() if "step" in r and "time" in r]
     records.sort(key=lambda r: r["step"])
     steps = [b["time"] - a["time"] for a, b in zip(records, records[1:]) if b["step"] > skip]
     counted = [r for r in records[1:] if r["step"] > skip]
     means = [float(r["staleness/mean"]) for r in counted if "staleness/mean" in r]
     maxes = [float(r["staleness/max"]) for r in counted if "staleness/max" in r]
-    log = folder / "logs.log"
+    log = folder / LOG_FILE
     plan = next((line.split("placement ", 1)[1].strip() for line in
                  (log.read_text(errors="replace").splitlines() if log.is_file() else []) if "placement [" in line), "-")
     return Row(label, plan, steps, statistics.fmean(means) if means else None, max(maxes) if maxes else None)

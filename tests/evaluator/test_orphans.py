@@ -31,22 +31,7 @@ HOLDER = textwrap.dedent("""
     time.sleep(600)
 """)
 
-RELU_PROBLEM = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(48, 40)]
-
-
-def get_init_inputs():
-    return []
-"""
+RELU = (CANDIDATES / "manifest.py").read_text().split("RELU = '''")[1].split("'''")[0]  # the corpus's problem
 
 
 def _holding(folder: str) -> list[int]:
@@ -67,7 +52,7 @@ def _holding(folder: str) -> list[int]:
 @pytest.mark.slow  # a pool in a process of its own, killed
 def test_a_pool_killed_outright_leaves_no_candidate_running(tmp_path):
     problem = tmp_path / "problem.py"
-    problem.write_text(RELU_PROBLEM)
+    problem.write_text(RELU)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(problem), str(CANDIDATES / "hang.py"),
                              str(tmp_path / "cache")], stdout=subprocess.PIPE, text=True, env=env)

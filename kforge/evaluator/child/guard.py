@@ -283,14 +283,9 @@ def freeze_modules(guard: Guard) -> int:
 
 
 def _storage_ranges(args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[int, int]]:
-    import torch
+    from kforge.evaluator.child.written import storage_ranges
 
-    out = []
-    for a in list(args) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor) and a.numel():
-            st = a.untyped_storage()
-            out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
-    return out
+    return storage_ranges([*args, *kwargs.values()])
 
 
 def _hold(guard: Guard, args: Sequence[object], kwargs: Mapping[str, object]) -> None:

@@ -19,9 +19,8 @@ from kforge.evaluator import confine
 from kforge.evaluator import protocol as P
 from kforge.evaluator.child import guard as guard_mod
 from kforge.evaluator.child.coverage import cuda_kernel_names
+from kforge.evaluator.child.isolation import DispatchSeal, modes
 from kforge.evaluator.child.loop import RequestLoop, category, send_error
-from kforge.evaluator.child.loop import modes as loop_modes
-from kforge.evaluator.child.written import DispatchSeal
 from kforge.evaluator.wire import send_message
 
 # Bound before any candidate code runs.
@@ -215,7 +214,7 @@ def run_candidate(job: dict[str, Any], wfd: int, rfd: int) -> None:
     known = _start_pools()  # taken before the candidate's file exists: nothing of it has run
     _write(job["scratch"], "candidate.py", job["code"])
     sys.dont_write_bytecode = True  # an import the candidate makes reads a library's files; it writes none
-    seal, baseline = DispatchSeal(), loop_modes()  # before any of the candidate's code runs
+    seal, baseline = DispatchSeal(), modes()  # before any of the candidate's code runs
     if job.get("audit_hook", True):
         guard_mod.freeze_modules(guard)
         guard_mod.install_audit_hook(guard)

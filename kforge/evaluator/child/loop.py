@@ -22,7 +22,8 @@ from kforge.evaluator import protocol as P
 from kforge.evaluator.child import guard as guard_mod
 from kforge.evaluator.child.arena_writer import ArenaWriter
 from kforge.evaluator.child.coverage import kernel_coverage, kernel_times
-from kforge.evaluator.child.written import SEAL_BROKEN, DispatchSeal, Written, harness_only
+from kforge.evaluator.child.isolation import MODE_LEFT, SEAL_BROKEN, DispatchSeal, harness_only, modes
+from kforge.evaluator.child.written import Written, storage_ranges
 from kforge.evaluator.wire import read_pickle_blocking, send_message
 
 # Bound before any candidate code runs: the loop times and syncs through these.
@@ -31,18 +32,7 @@ _no_grad = torch.no_grad
 # What the loop uses once the candidate's code ran, bound before any of it runs: a name replaced in torch's
 # own dict later (a route no frozen module sees) changes nothing here.
 _equal, _synchronize, _Tensor, _Event = torch.equal, torch.cuda.synchronize, torch.Tensor, torch.cuda.Event
-_fn_len, _fn_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
-_dispatch_len, _dispatch_at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
-_tls_included, _tls_excluded = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
 _profile, _ProfilerActivity = torch.profiler.profile, torch.profiler.ProfilerActivity
-MODE_LEFT = "kforge sandbox: a torch function or dispatch mode the candidate entered is still entered after forward"
-
-
-def modes() -> tuple[object, ...]:
-    """The torch-function and dispatch modes entered in this thread, by identity, and the thread's dispatch
-    keys switched on and off (the Python dispatcher is one: `enable_python_dispatcher` adds it)."""
-    return (*(id(_fn_at(i)) for i in range(_fn_len())), -1, *(id(_dispatch_at(i)) for i in range(_dispatch_len())),
-            repr(_tls_included()), repr(_tls_excluded()))
 
 
 @contextlib.contextmanager
@@ -80,15 +70,6 @@ def make_inputs(problem: types.ModuleType, seed: int, signed: bool, device: str)
 
 def _flatten(out: object) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
-def _ranges(values: list[Any]) -> list[tuple[int, int]]:
-    out = []
-    for v in values:
-        if isinstance(v, _Tensor) and v.numel():
-            st = v.untyped_storage()
-            out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
-    return out
 
 
 def _meta(out: list[Any]) -> list[Any]:
@@ -189,7 +170,7 @@ class RequestLoop:
         self.arena.put(out, req.get("slots"), req.get("size", 0))
         msg: dict[str, Any] = {"type": P.TRIAL, "id": req["id"], "meta": _meta(out), "plain": _plain(out)}
         if self.guard is not None:
-            in_ranges, out_ranges = _ranges(inputs), _ranges(out)
+            in_ranges, out_ranges = storage_ranges(inputs), storage_ranges(out)
             ev = guard_mod.summarize(self.guard.launches[start:], in_ranges + out_ranges, out_ranges)
             ev["outputs_overwritten"] = self.guard.written.overwritten(out)
             self.guard.written = None
@@ -247,8 +228,8 @@ class RequestLoop:
             self.arena.put(out, req.get("slots"), req.get("size", 0))
             msg: dict[str, Any] = {"type": P.TIMED, "ms": ms, "plain": _plain(out), "coverage": cov}
             if self.guard is not None:
-                out_ranges = _ranges(out)
-                msg["evidence"] = guard_mod.summarize(self.guard.launches, _ranges(inputs) + out_ranges, out_ranges)
+                out_ranges = storage_ranges(out)
+                msg["evidence"] = guard_mod.summarize(self.guard.launches, storage_ranges(inputs) + out_ranges, out_ranges)
                 self.guard.held = None
                 del self.guard.launches[:]
         return msg

@@ -29,52 +29,17 @@ candidate code runs: replacing `torch.equal` later changes nothing here.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable
 
 import torch
+
+from kforge.evaluator.child.isolation import SEAL_BROKEN, DispatchSeal, harness_only
 
 # Bound before any candidate code runs (the module is imported with the harness).
 _equal, _cat, _arange, _randint, _empty = torch.equal, torch.cat, torch.arange, torch.randint, torch.empty
 _uint8, _Tensor, _Generator = torch.uint8, torch.Tensor, torch.Generator
 _capturing = torch.cuda.is_current_stream_capturing
-
-# The ops the harness's own samples and copies go through (here, the copy into the arena, the request loop's
-# checks): what the dispatcher runs for them is sealed before any candidate code runs (DispatchSeal).
-HARNESS_OPS = ("aten::copy_", "aten::clone", "aten::index_select", "aten::equal", "aten::empty.memory_format",
-               "aten::set_.source_Storage", "aten::view", "aten::view.dtype", "aten::detach", "aten::alias",
-               "aten::as_strided", "aten::t", "aten::arange", "aten::arange.start", "aten::cat",
-               "aten::randint.low_generator", "aten::_to_copy", "aten::lift_fresh", "aten::_copy_from",
-               "aten::_copy_from_and_resize")
-_dump_table = torch._C._dispatch_dump_table
-_no_fn_modes, _no_dispatch_modes = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
-_no_python_dispatcher = torch._C._DisablePythonDispatcher
-SEAL_BROKEN = "kforge sandbox: a kernel was registered for a PyTorch operator the harness uses"
-
-
-class DispatchSeal:
-    """The dispatcher's C++ kernels for HARNESS_OPS as they were before the candidate's code ran (`torch.library`
-    registrations land there). A kernel registered for one of them later would run inside the harness's own
-    copies: in the copy into the arena it chose what the parent reads. Python kernels (`py_impl`) run only
-    under the Python dispatcher, which the harness's own calls switch off (`harness_only`): torch adds some of
-    those lazily, so sealing them would refuse honest work."""
-
-    def __init__(self) -> None:
-        self.tables = {op: _dump_table(op) for op in HARNESS_OPS}
-
-    def intact(self) -> bool:
-        return all(_dump_table(op) == table for op, table in self.tables.items())
-
-
-@contextlib.contextmanager
-def harness_only() -> Iterator[None]:
-    """The harness's own torch calls (samples, the copy into the arena, the evidence) with every
-    torch-function and dispatch mode and the Python dispatcher switched off: a mode the candidate entered (at
-    import, in forward, or from a callback on the way) sees none of them."""
-    with _no_fn_modes(), _no_dispatch_modes(), _no_python_dispatcher():
-        yield
-
 
 WHOLE_BYTES = 1 << 20  # a storage up to this size is kept whole
 EDGE_BYTES = 4096  # else its first and last bytes,
@@ -88,9 +53,15 @@ def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:
     return _empty(0, dtype=_uint8, device=storage.device).set_(storage)
 
 
-def _range(t: torch.Tensor) -> Range:
+def storage_range(t: torch.Tensor) -> Range:
+    """(start, end) address of the whole storage under `t`."""
     st = t.untyped_storage()
     return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+def storage_ranges(values: Iterable[object]) -> list[Range]:
+    """The storage range of each non-empty tensor among `values` (arguments, inputs, outputs)."""
+    return [storage_range(v) for v in values if isinstance(v, _Tensor) and v.numel()]
 
 
 @dataclass
@@ -104,7 +75,7 @@ class Sample:
 
     def moved(self, key: Range) -> bool:
         """Its memory is no longer at the address it was sampled at (moved to shared memory, resized)."""
-        return _range(self.flat) != key or self.flat.numel() != key[1] - key[0]
+        return storage_range(self.flat) != key or self.flat.numel() != key[1] - key[0]
 
     def now(self) -> torch.Tensor:
         return self.flat.clone() if self.where is None else self.flat.index_select(0, self.where)
@@ -129,7 +100,7 @@ class Written:
         return _cat([edges, _randint(0, n, (SAMPLED_BYTES,), generator=self.gen)]).to(device)
 
     def _storages(self, tensors: list[object]) -> dict[Range, torch.Tensor]:
-        return {_range(t): t for t in tensors if isinstance(t, _Tensor) and t.numel()}
+        return {storage_range(t): t for t in tensors if isinstance(t, _Tensor) and t.numel()}
 
     def _known(self, key: Range) -> Sample | None:
         """The sample at `key`, unless its storage moved away (then the address is remembered as moved)."""

@@ -88,7 +88,7 @@ _BANNED_NAMES = frozenset({"exec", "eval", "compile", "__import__", "open", "glo
                            "breakpoint", "input", "__builtins__", "__loader__", "__spec__", "memoryview",
                            "delattr"})
 # The dispatcher's doors, as attributes of anything (`same(torch).library` resolves to no import): a kernel
-# registered for an op runs inside the harness's own copies (the child's DispatchSeal is the run-time check).
+# registered for an op runs inside the harness's own copies (the child's isolation.DispatchSeal is the run-time check).
 _DISPATCH_ATTRS = frozenset({"library", "_library", "ops", "_ops", "overrides", "_C", "_python_dispatch", "aten",
                              "Library", "_Library", "py_impl", "_op_dk", "enable_python_dispatcher",
                              "_EnablePythonDispatcher", "_DisablePythonDispatcher"})

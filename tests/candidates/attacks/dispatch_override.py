@@ -2,7 +2,7 @@
 static check did not resolve (`pt = same(torch)`, then `pt.library.Library`): the harness's own copy of the
 output into the arena ran it, and it wrote PyTorch's relu there while the output kept the kernel's `2x`
 (`correct`, no flag, with every layer on). The dispatcher's kernels for the ops the harness uses are sealed
-before the candidate's code runs (written.DispatchSeal): a change is an error at the next launch's sample and
+before the candidate's code runs (isolation.DispatchSeal): a change is an error at the next launch's sample and
 at the call's end; `.library`, `.ops`, `._C` are refused in source on any object."""
 import torch
 import torch.nn as nn

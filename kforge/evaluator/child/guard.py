@@ -243,6 +243,12 @@ def install_audit_hook(guard: Guard) -> None:
     sys.addaudithook(hook)
 
 
+def kernel_global(name: str) -> bool:
+    """A module a Triton kernel may name in its body (`triton`, `tl`, libdevice, Gluon's): Triton's GPU compile
+    takes a module global only when its type `is ModuleType`. The harness reads none of them after the import."""
+    return name.startswith(("triton.language", "triton.experimental")) or name.partition(".") == ("triton", "", "")
+
+
 def freeze_modules(guard: Guard) -> int:
     """Give every plain module of the protected packages loaded so far a class whose `__setattr__` and
     `__delattr__` refuse to replace or delete an attribute it holds when the candidate asks (directly or
@@ -272,11 +278,14 @@ def freeze_modules(guard: Guard) -> int:
                 refuse(self, name, "module.__delattr__")
             del_attr(self, name)
 
+        def __deepcopy__(self, memo: dict[int, object]) -> Frozen:  # Triton's JIT copies a kernel's globals
+            return self
+
     count = 0
     for name, module in list(sys.modules.items()):
         # Not `sys`: importlib makes every new module as `type(sys)(name)`, and sets its `__loader__` over the
         # None there; frozen, every import of a module not loaded yet would be refused.
-        if type(module) is plain and name.split(".")[0] in _PROTECTED and name != "sys":
+        if type(module) is plain and name.split(".")[0] in _PROTECTED and name != "sys" and not kernel_global(name):
             module.__class__ = Frozen
             count += 1
     return count

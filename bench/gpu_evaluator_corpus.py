@@ -116,7 +116,8 @@ def main() -> int:
         cases = [c for c in m.CASES if (c.gpu_only <= gpu) and not (c.cpu_only and gpu)
                  and not (args.skip_cuda and c.backend == "cuda")]
         for mode in m.MODES:
-            attacks = [(a, a.want(mode, gpu)) for a in m.ATTACKS if mode in a.expect and (not only or a.file in only)]
+            attacks = [(a, a.want(mode, gpu)) for a in m.ATTACKS if mode in a.expect and (not only or a.file in only)
+                       and not (a.cpu_only and gpu)]
             mode_cases = [c for c in cases if c.mode == mode and (not only or c.file in only)]
             if not attacks and not mode_cases:
                 continue

@@ -134,3 +134,12 @@ def test_a_huge_candidate_is_not_embedded_whole_in_the_results_file(tmp_path):
     turn = json.loads(out.read_text())["samples"][0]["turns"][0]
     assert turn["code_cut"] and turn["code_chars"] == len(code) and code.startswith(turn["code"])
     assert len(turn["code_sha256"]) == 64
+
+
+def test_ctrl_c_while_the_command_loads_is_exit_130_without_a_traceback(tmp_path):
+    # Ctrl-C lands, deterministically, while kforge's modules import: a stand-in Typer raises it when loaded.
+    (tmp_path / "typer").mkdir()
+    (tmp_path / "typer" / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    res = kforge("runs", "ls", env={"PYTHONPATH": path})
+    assert res.returncode == 130 and "Traceback" not in res.stderr, (res.returncode, res.stderr[-1000:])

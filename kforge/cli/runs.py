@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kforge.runs.folder import find_run, list_runs
-from kforge.ui.console import columns_that_fit, console, fail, rule
+from kforge.ui.console import break_at_separators, columns_that_fit, console, fail, rule
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -75,13 +75,15 @@ def ls(runs_dir: str = RunsDirOpt,
              "started": [_fmt_time(r["started"]) for r in rows], "steps": [str(r["steps"]) for r in rows],
              "best reward": [_fmt_num(r["best_reward"]) for r in rows], "fast_1": [_fmt_num(r["fast_1"]) for r in rows],
              "last checkpoint": [r["last_checkpoint"] or "-" for r in rows]}
-    # Every cell whole (a run name is what the user types next): a narrow terminal drops columns instead.
+    # Every cell whole (a run name is what the user types next): a narrow terminal drops columns instead, and a
+    # name too long to stand whole beside its status is laid out in its own parts, never cut inside one.
     shown = columns_that_fit(cells, console.width, LS_BY_VALUE)
     left_out = [name for name in cells if name not in shown]
     table = Table(title=f"runs in {runs_dir}/",
                   caption=f"left out at {console.width} columns: {', '.join(left_out)} (see --json)" if left_out else None)
-    for col in shown:
-        table.add_column(col, no_wrap=True, min_width=max(len(c) for c in cells[col]) if col == "name" else None)
+    for col, width in shown.items():
+        table.add_column(col, no_wrap=True, width=width)
+    cells["name"] = [break_at_separators(name, shown["name"]) for name in cells["name"]]
     for i, r in enumerate(rows):
         table.add_row(*(Text(r["status"], style=STATUS_STYLE.get(r["status"], "")) if col == "status" else cells[col][i]
                         for col in shown))

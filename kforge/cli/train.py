@@ -36,7 +36,7 @@ def train(
                                    "one (placement.allow_cpu=true): nothing is timed, a 7B model takes days"),
 ) -> None:
     """GRPO/LoRA training: rollouts, sandboxed evaluation, learner updates, live dashboard, run folder."""
-    from kforge.train.lifecycle import drive, named, open_run, resume_target
+    from kforge.train.lifecycle import drive, named, open_run, resume_target, starting
     from kforge.train.placement import memory_for, parse_gpus_option, plan_placement
 
     if name is not None and not name.strip():
@@ -66,21 +66,22 @@ def train(
         return
     resolved = target.resolved if target is not None else load_config(preset or "default", config, extra)
     cfg = resolved.config
-    plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg),
-                          pipelined=cfg.rollout.pipelined)
-    # The pre-flight asks the hub once and reads a cached model offline when it cannot be reached, so it goes
-    # before anything else reads the model's config (fitting the context would retry the hub first). A dry
-    # run asks it too: a plan that the real start would refuse a second later is no plan.
-    _preflight(cfg, target.run.path.parent if target is not None else cfg.log.runs_dir)
-    if dry_run:
-        console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
-        return
-    resolved = fit_context(resolved, _say)
-    if target is None:
-        resolved = named(resolved)
+    with starting(None if dry_run else target):  # a dry run starts nothing
+        plan = plan_placement(None, {**cfg.placement.chosen(), **placement}, memory_for(cfg),
+                              pipelined=cfg.rollout.pipelined)
+        # The pre-flight asks the hub once and reads a cached model offline when it cannot be reached, so it goes
+        # before anything else reads the model's config (fitting the context would retry the hub first). A dry
+        # run asks it too: a plan that the real start would refuse a second later is no plan.
+        _preflight(cfg, target.run.path.parent if target is not None else cfg.log.runs_dir)
+        if dry_run:
+            console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
+            return
+        resolved = fit_context(resolved, _say)
+        if target is None:
+            resolved = named(resolved)
 
-    setup_logging()
-    opened = open_run(resolved, target, _say)
+        setup_logging()
+        opened = open_run(resolved, target, _say)
     console.print(plan.explain(), highlight=False, markup=False, soft_wrap=True)
     outcome = drive(opened, plan, lambda trainer: _dashboard(trainer, plan, plain))
     _say(f"run {opened.run.name}: {outcome.status} at step {outcome.steps} -> {opened.run.path}")

@@ -4,17 +4,17 @@
 `kforge train` parses its options, calls these in order and prints; the status in status.json is written
 here and by the trainer, never by the command:
 
-    resume_target (on --resume) -> [plan, pre-flight, fit_context] -> named -> open_run -> drive
+    resume_target (on --resume) -> starting( [plan, pre-flight, fit_context] -> named -> open_run ) -> drive
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from kforge.config.loader import ResolvedConfig, config_changes, resolve, to_yaml
 from kforge.config.schema import KforgeConfig
@@ -40,6 +40,7 @@ class Resume:
     done: int  # steps the run has done
     nothing_to_do: bool  # finished, and the config plans no step past `done`
     start: int = 0  # the step it continues from: its newest checkpoint that can be used (0 without one)
+    before: dict[str, Any] = field(default_factory=dict)  # status.json as the run left it, before this start
 
 
 def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resume:
@@ -59,7 +60,29 @@ def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resu
     if not nothing_to_do:
         check_writable(run.path, "run folder")
     last = run.last_checkpoint()  # a damaged newer one is passed over: the resume starts here, not at `done`
-    return Resume(run, resolved, config_changes(written, resolved), done, nothing_to_do, last["step"] if last else 0)
+    return Resume(run, resolved, config_changes(written, resolved), done, nothing_to_do, last["step"] if last else 0,
+                  before=run.read_status())
+
+
+@contextmanager
+def starting(resume: Resume | None) -> Iterator[None]:
+    """Around a resume's start-up, up to and including `open_run`: the run is "starting", with this process's
+    pid, from the first check on. The pre-flight asks the hub and fitting the context reads the model's config,
+    seconds in which `runs logs -f` and `watch` saw the status the run ended with last time and exited at once,
+    and a second --resume was let through. A start that ends before the folder is open (a pre-flight refusal,
+    Ctrl-C) puts back the status it found: the run is as it was, not crashed."""
+    if resume is None:
+        yield
+        return
+    resume.run.set_status("starting")
+    try:
+        yield
+    except BaseException:
+        # A full disk must not put its own error in place of the refusal the user needs to read; the status
+        # left then ("starting", this pid) reads "crashed" once this process is gone, and resumes the same.
+        with suppress(OSError):
+            resume.run.write_status(resume.before)
+        raise
 
 
 def _nothing_to_do(cfg: KforgeConfig, done: int) -> bool:
@@ -107,10 +130,10 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
             kept = drop_torn_line(run.path / name)
             if kept:
                 say(f"{name} ended in a torn line (a crash mid-write); dropped it, a copy is in {kept}")
-        opened = OpenRun(run, cfg, resumed=True, before=run.read_status(),
+        opened = OpenRun(run, cfg, resumed=True, before=resume.before,
                          config_before=run.config_path.read_text() if resume.changes else None)
-        # Alive from here, as a new run is from its folder's making: `runs logs -f`, `ls` and `watch` see this
-        # process (its pid) while the model loads, not the status the run ended with last time.
+        # Alive from here on (from `starting` on, when the command wraps its start-up in it), as a new run is
+        # from its folder's making: `runs logs -f`, `ls` and `watch` see this process while the model loads.
         run.set_status("starting")
     opened.log_file = logging.FileHandler(opened.run.log_path)
     opened.log_file.setFormatter(logging.Formatter(LOG_FORMAT))

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Iterator
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.file_proxy import FileProxy
 from rich.logging import RichHandler
@@ -90,17 +91,43 @@ def print_fields(title: str, rows: list[tuple[str, str | Text]], style: str = ""
         console.print(f"{key}: {value.plain if isinstance(value, Text) else value}", highlight=False, soft_wrap=True)
 
 
-def columns_that_fit(cells: dict[str, list[str]], width: int, by_value: tuple[str, ...]) -> list[str]:
-    """The columns of a boxed table (header -> its cells) that fit `width` whole, none wrapped: taken in the
-    order of `by_value` (the first always) while they fit, given back in the table's own order. A narrow
-    terminal loses its least useful columns instead of breaking every cell mid-word."""
-    kept, used = [], 1  # the left edge; each column adds its text, a space either side and its right edge
-    for name in by_value:
-        need = max([len(name)] + [len(c) for c in cells[name]]) + 3
-        if not kept or used + need <= width:
+def columns_that_fit(cells: dict[str, list[str]], width: int, by_value: tuple[str, ...], always: int = 2) -> dict[str, int]:
+    """The columns of a boxed table (header -> its cells) to show at `width`, each with its width in cells (a
+    wide character takes two): the first `always` of `by_value` whatever the width, then the others in that
+    order while they fit whole, given back in the table's own order. A narrow terminal loses its least useful
+    columns instead of breaking every cell mid-word. The first of `by_value` (a name) is the one column that
+    may be narrower than its cells, when the ones kept always leave it less: `break_at_separators` lays
+    those out, where Rich would cut them with "…" or crop the table at the terminal's edge."""
+    need = {name: max(cell_len(c) for c in [name, *cells[name]]) for name in cells}
+    kept = list(by_value[:always])
+    used = 1 + sum(need[name] + 3 for name in kept)  # the left edge; each column its text, a space either side, its right edge
+    for name in by_value[always:]:
+        if used + need[name] + 3 <= width:
             kept.append(name)
-            used += need
-    return [name for name in cells if name in kept]
+            used += need[name] + 3
+    widths = {name: need[name] for name in kept}
+    if used > width:
+        widths[by_value[0]] = max(cell_len(by_value[0]), need[by_value[0]] - (used - width))
+    return {name: widths[name] for name in cells if name in widths}
+
+
+def break_at_separators(text: str, width: int) -> str:
+    """`text` in lines of at most `width` cells, each ending after the last '-', '_', '.' or '/' that fits, so
+    that a long run name reads in its own parts (`drkernel-qwen3-8b-` / `lr1e-5`); only a part longer than
+    `width` alone is cut inside."""
+    lines = []
+    while cell_len(text) > width:
+        fits = used = 0
+        for char in text:
+            used += cell_len(char)
+            if used > width:
+                break
+            fits += 1
+        fits = max(fits, 1)  # one character wider than the column still moves on
+        cut = max(text.rfind(sep, 0, fits) for sep in "-_./") + 1 or fits
+        lines.append(text[:cut])
+        text = text[cut:]
+    return "\n".join([*lines, text])
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":

@@ -104,6 +104,33 @@ def test_runs_ls_on_a_narrow_terminal_breaks_no_cell_and_says_what_it_left_out(t
     assert "checkpoints/step_000040" in wide and "left out" not in wide
 
 
+@pytest.mark.parametrize("name", ["学习率实验-一号-二号-三号",  # two cells a character: counted as one, the row was cut
+                                  "drkernel-qwen3-8b-lr1e-5-kl0.01-group8-turns4-zero-shot-20261126-123456-retry"],
+                         ids=["wide-characters", "long"])
+def test_runs_ls_at_80_columns_shows_a_wide_or_long_name_with_its_status_and_no_cell_cut(tmp_path, name):
+    """A name of wide characters was measured by its length, so Rich squeezed every cell (`finis…`); a name too
+    long for the terminal beside its status cost the status column and was cropped at the edge. Each status
+    is whole now, and the long name is laid out in its own parts (broken after a '-'), never cut inside one."""
+    from rich.cells import cell_len
+
+    from kforge.runs.folder import RunFolder
+
+    names = sorted([name, "tiny-1"])
+    for each in names:
+        run = RunFolder.create(tmp_path, each, "preset: drkernel\n")
+        run.log_metrics({"step": 40, "reward/mean": 0.123456, "fast_1": 0.5})
+        run.set_status("finished")
+    res = kforge("runs", "ls", "--runs-dir", str(tmp_path), env={"COLUMNS": "80"})
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and max(map(cell_len, lines)) <= 80 and "…" not in res.stdout, res.stdout
+    rows = [line.split("│")[1:-1] for line in lines if line.startswith("│")]
+    assert [cells[1].strip() for cells in rows if cells[1].strip()] == ["finished", "finished"], res.stdout
+    parts = [cells[0].strip() for cells in rows]
+    assert "".join(parts) == "".join(names), res.stdout  # every name whole, top to bottom
+    pieces = [part for part in parts if part not in names]  # the lines of a name laid out on several
+    assert all(piece.endswith("-") for piece in pieces[:-1]), res.stdout
+
+
 def test_wrapping_a_model_with_peft_prints_no_future_warning():
     from transformers import LlamaConfig, LlamaForCausalLM
 

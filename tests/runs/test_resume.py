@@ -182,3 +182,32 @@ def test_a_resume_past_a_damaged_checkpoint_names_the_step_it_resumes_from(tmp_p
     assert "resume after step 2 changes dataset.source" in res.stderr and "after step 3" not in res.stdout + res.stderr
     history = [json.loads(line) for line in (run.path / "config_history.jsonl").read_text().splitlines()]
     assert history[-1]["after_step"] == 2 and "dataset.source" in history[-1]["changes"]
+
+
+def test_a_resume_is_starting_through_its_pre_flight_and_a_refusal_there_puts_its_status_back(tmp_path, monkeypatch):
+    """The resume said nothing in the run folder until it opened it, after its pre-flight: `runs logs -f`, `watch`
+    and a second resume saw the status the run had ended with. It is "starting" with its pid from its first
+    check on; a pre-flight that refuses it, or Ctrl-C there, leaves the status it found."""
+    from typer.testing import CliRunner
+
+    import kforge.cli.train as train
+    from kforge.cli.app import app
+    from kforge.ui.console import fail
+
+    run = _run(tmp_path, "stopped", 2)
+    before = run.read_status()
+    seen = []
+
+    def refused(cfg, runs_dir):
+        seen.append(run.effective_status())
+        raise fail("gpus: none found; pass --allow-cpu")
+
+    def interrupted(cfg, runs_dir):
+        seen.append(run.effective_status())
+        raise KeyboardInterrupt
+
+    for pre_flight in (refused, interrupted):
+        monkeypatch.setattr(train, "_preflight", pre_flight)
+        res = CliRunner().invoke(app, ["train", "--resume", str(run.path), "--plain"])
+        assert res.exit_code != 0 and run.read_status() == before, res.output
+    assert seen == ["starting", "starting"]

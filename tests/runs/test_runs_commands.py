@@ -418,6 +418,64 @@ def test_logs_follow_a_resume_while_it_starts_up(tmp_path):
                 p.wait()
 
 
+@pytest.mark.slow  # `kforge` processes
+def test_logs_follow_a_resume_through_its_pre_flight(tmp_path):
+    """`kforge train --resume` asks the hub and reads the model's config (its pre-flight, seconds) before it
+    opens the run folder: `logs -f` started then exited at once, the run still "stopped". The resume is
+    "starting", with its pid, from its first check on: followed to its end, and a second resume refused."""
+    from kforge.config.loader import resolve, to_yaml
+    from kforge.errors import UserError
+    from kforge.train.lifecycle import resume_target
+
+    run = RunFolder.create(tmp_path, "again", to_yaml(resolve("tiny").config))
+    run.log_metrics({"step": 1, "reward/mean": 0.5})
+    run.set_status("stopped", step=1, stopped_by="stop file")
+    run.log_path.write_text("the last start's last line\n")
+    held, go = tmp_path / "in_pre_flight", tmp_path / "go"
+    code = textwrap.dedent(f"""
+        import logging, time
+        from pathlib import Path
+        import kforge.cli.train as train
+        import kforge.train.lifecycle as lifecycle
+        from kforge.cli.app import main
+
+        def pre_flight(cfg, runs_dir):  # the hub asked, the model's files read: held until the test says go
+            Path({str(held)!r}).touch()
+            while not Path({str(go)!r}).exists():
+                time.sleep(0.1)
+
+        def drive(opened, plan, watch):  # the model loads, and the loop finds the stop file at once
+            logging.getLogger("kforge.train").info("model loaded")
+            opened.run.set_status("stopped", step=1)
+            return lifecycle.Outcome("stopped", 1)
+
+        train._preflight, train.fit_context, lifecycle.drive = pre_flight, lambda resolved, say: resolved, drive
+        main(["train", "--resume", {str(run.path)!r}, "--plain"])
+    """)
+    starter = subprocess.Popen([sys.executable, "-c", code])
+    follower = None
+    try:
+        wait_for(held.exists, 60, "the resume to reach its pre-flight")
+        follower = subprocess.Popen(KFORGE + ["runs", "logs", "again", "-f", "--runs-dir", str(tmp_path)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert follower.stdout.readline() == "the last start's last line\n"
+        time.sleep(2)  # well past the follow's first look at the run
+        assert follower.poll() is None, follower.communicate()  # still following the resume, not gone on "stopped"
+        assert run.effective_status() == "starting" and run.read_status()["pid"] == starter.pid
+        with pytest.raises(UserError, match="still starting"):
+            resume_target(str(run.path), None, [])
+        go.touch()
+        out, err = follower.communicate(timeout=60)
+        assert follower.returncode == 0 and "model loaded" in out, (out, err)  # followed to the resume's end
+        assert starter.wait(timeout=30) == 0 and run.effective_status() == "stopped"
+    finally:
+        go.touch()
+        for p in (follower, starter):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def test_ctrl_c_ends_watch_with_130(tmp_path):
     """`runs watch` ended on Ctrl-C with exit 0; 130 as every command (the README says so for all of them)."""
     proc, run = stand_in(tmp_path, "watched", "time.sleep(120)")

@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM during `kforge train`: the first asks the loop to stop after the step, the second now."""
+"""Ctrl-C and SIGTERM during `kforge train`: the first asks the loop to stop after the step, the second now.
+And the STOP file `kforge runs stop` drops: which one is for this start."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import logging
 import signal
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import psutil
+
+from kforge.runs.layout import STOP_FILE
 
 log = logging.getLogger("kforge.train")
 
@@ -45,3 +51,15 @@ class StopFlag:
         if self._old is not None:
             signal.signal(signal.SIGINT, self._old[0])
             signal.signal(signal.SIGTERM, self._old[1])
+
+
+def drop_stale_stop(run_dir: Path) -> None:
+    """A STOP file older than this process asked an earlier start to stop (served, or left by a crash): it must
+    not stop this one. One written since (`kforge runs stop` during a resume's pre-flight, while the run shows
+    "starting") is for this start, and the loop serves it before its first step."""
+    path = run_dir / STOP_FILE
+    try:
+        if path.stat().st_mtime < psutil.Process().create_time():
+            path.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass

@@ -37,7 +37,7 @@ from kforge.policy.runner import Rollouts
 from kforge.problems.record import Problem
 from kforge.rollout.adapters import EngineCopies
 from kforge.rollout.base import BackendError
-from kforge.runs.folder import ADAPTERS_DIR, LEARNER_DIR, STOP_FILE, RunFolder, read_trainer_state
+from kforge.runs.folder import ADAPTERS_DIR, LEARNER_DIR, RunFolder, read_trainer_state
 from kforge.runs.transcripts import write_transcript
 from kforge.space import run_write_failure
 from kforge.train.data import ProblemSampler, seed_everything, step_seed
@@ -47,7 +47,7 @@ from kforge.train.metrics import MetricSinks, StepTimes, collapse_warnings, held
 from kforge.train.parts import Parts
 from kforge.train.placement import Plan
 from kforge.train.stall import cancel, watched
-from kforge.train.stopflag import StopFlag
+from kforge.train.stopflag import StopFlag, drop_stale_stop
 from kforge.train.stream import GroupStream
 from kforge.ui.null import NullDashboard
 
@@ -185,8 +185,7 @@ class Trainer:
                 f"deadline learner.call_timeout_s = {self.cfg.learner.call_timeout_s:g} s)")
 
     def _begin(self) -> None:
-        # A STOP file left by an earlier `kforge runs stop` has been served; it must not stop this start.
-        (self.run.path / STOP_FILE).unlink(missing_ok=True)
+        drop_stale_stop(self.run.path)
         if self.step == 0 and not self.run.last_checkpoint():
             self.save_checkpoint("start")
         # The engine starts from the learner's adapter (a `model.checkpoint` to start from, or the fresh

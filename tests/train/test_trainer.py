@@ -550,3 +550,27 @@ def test_a_failed_checkpoint_write_is_named_as_such_not_retried(tmp_path, caplog
     assert ("saving the checkpoint of step 1 failed; the newest one on disk is checkpoints/step_000000; --resume "
             "continues from there") in said, said
     assert trainer.run.read_status()["status"] == "failed" and trainer.run.last_checkpoint()["step"] == 0
+
+
+def test_a_stop_asked_during_start_up_stops_the_run_and_an_old_stop_file_does_not(tmp_path):
+    import os
+
+    import psutil
+
+    from kforge.runs.layout import STOP_FILE
+
+    def run_with_stop(folder: str, written: float) -> tuple[str, RunFolder]:
+        cfg = make_cfg()
+        cfg.dataset.epochs = 1
+        trainer = make_trainer(tmp_path / folder, cfg, FakeLearner(), FakePool())
+        stop = trainer.run.path / STOP_FILE
+        stop.write_text("{}\n")  # as `kforge runs stop` leaves it
+        os.utime(stop, (written, written))
+        return asyncio.run(trainer.run_async()), trainer.run
+
+    # `runs stop` while a resume runs its pre-flight (the run shows "starting"): for this start.
+    status, run = run_with_stop("asked", time.time())
+    assert status == "stopped" and not run.metrics()
+    # A STOP file from before this process started (a crash left it): an earlier start's, dropped.
+    status, run = run_with_stop("old", psutil.Process().create_time() - 60.0)
+    assert status == "finished" and run.metrics() and not (run.path / STOP_FILE).exists()

@@ -127,9 +127,10 @@ def _run(plan) -> None:
         kept = run.keep_previous(plan.previous)
         console.print(f"resuming: {kept} finished samples kept from {plan.out}")
     _say(f"results: {plan.out}")
-    with progress_bar() as progress:
-        task = progress.add_task("evaluate", total=None)
-        beat = _Heartbeat(enabled=not console.is_terminal)
+    todo, unit = run.work()  # known before anything loads: every stage shows how much is ahead
+    with progress_bar(unit=unit) as progress:
+        task = progress.add_task("starting", total=todo or None)
+        beat = _Heartbeat(enabled=not console.is_terminal, total=todo, unit=unit)
 
         def on_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=stage, completed=done, total=total or None)
@@ -138,7 +139,7 @@ def _run(plan) -> None:
         run.on_progress = on_progress
         try:
             with beat:
-                parts = plan.parts(run, lambda stage: on_progress(stage, 0, 0))
+                parts = plan.parts(run, lambda stage: on_progress(stage, 0, todo))
                 try:
                     summary = run.run(parts)
                 finally:
@@ -163,9 +164,9 @@ class _Heartbeat:
     """Piped progress lines: on every 10th sample, and at least every `every_s` seconds while a slow
     generation or evaluation finishes nothing (a log that says nothing for a minute looks hung)."""
 
-    def __init__(self, enabled: bool, every_s: float = 10.0):
-        self.enabled, self.every_s = enabled, every_s
-        self.stage, self.done, self.total = "starting", 0, 0
+    def __init__(self, enabled: bool, every_s: float = 10.0, total: int = 0, unit: str = ""):
+        self.enabled, self.every_s, self.unit = enabled, every_s, unit
+        self.stage, self.done, self.total = "starting", 0, total
         self.started = self.said = time.time()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -181,7 +182,7 @@ class _Heartbeat:
             return
         with self._lock:
             self.said = time.time()
-            counts = f": {self.done}/{self.total}" if self.total else ""  # none while it loads or generates
+            counts = f": {self.done}/{self.total} {self.unit}".rstrip() if self.total else ""  # none: nothing to do
             line = f"{self.stage}{counts} ({self.said - self.started:.0f} s)"
         print(line, flush=True)
 

@@ -101,8 +101,18 @@ class EvalRun:
         write_results(self.out_path, doc)
         self._written_at = time.monotonic()
 
-    def _tell(self, stage: str, done: int = 0, total: int = 0) -> None:
-        """Progress to the caller; a stage without counts (total 0) says what runs before the first verdict."""
+    def work(self) -> tuple[int, str]:
+        """What the progress counts, known from the plan before anything starts: the given kernels left, or the
+        samples left to generate (each of their turns when a sample has several), and what to call them. Every
+        stage shows `done/total` of it, the first ones too: for the minute a model loaded and generated its
+        first batch, the line said `0/0`, then no count at all, nothing of how much was ahead."""
+        if self.candidates is not None:
+            return len(self._given_todo()), "kernels"
+        if self.cfg.turns > 1:
+            return len(self.pending()) * self.cfg.turns, "turns"
+        return len(self.pending()), "problems" if self.samples == 1 else "samples"
+
+    def _tell(self, stage: str, done: int, total: int) -> None:
         if self.on_progress:
             self.on_progress(stage, done, total)
 
@@ -110,18 +120,20 @@ class EvalRun:
         """The (problem, sample) requests a generating eval still has to make (none done: all of them)."""
         return [(p, s) for p in self.problems for s in range(self.samples) if (p.key, s) not in self.results]
 
+    def _given_todo(self) -> list[tuple[Problem, int, str]]:
+        return [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
+
     async def _evaluate_given(self, pool: "EvalPool") -> None:
-        todo = [(p, i, code) for p, i, code in (self.candidates or []) if (p.key, i) not in self.results]
+        todo = self._given_todo()
         done = 0
-        self._tell(f"evaluating: {len(todo)} kernels")
+        self._tell("evaluating", 0, len(todo))
 
         async def one(p: Problem, i: int, code: str) -> None:
             nonlocal done
             verdict = await pool.evaluate(p, code, self.cfg.dataset.backend)
             self._record(p, i, [{"turn": 1, **kept_code(code), "verdict": verdict.to_dict()}], verdict)
             done += 1
-            if self.on_progress:
-                self.on_progress("evaluate", done, len(todo))
+            self._tell("evaluating", done, len(todo))
 
         await asyncio.gather(*(one(*item) for item in todo))
 
@@ -133,23 +145,25 @@ class EvalRun:
             return
         assert parts.runner is not None and parts.backend is not None, "a generating eval's parts have a runner"
         by_key = {p.key: p for p in self.problems}
-        done = 0
-        total = len(jobs) * self.cfg.turns
+        per_sample = self.cfg.turns
+        done, total = 0, len(jobs) * per_sample  # work()'s count, in turns
 
         def on_turn(traj: Trajectory, turn: Turn) -> None:
             nonlocal done
-            done += 1
-            if self.on_progress:
-                self.on_progress("generate+evaluate", done, total)
+            # A sample that stops early (solved, or failed too often) counts the turns it will not play: the
+            # count ends at the total it showed from the start.
+            done += 1 if not traj.stop_reason else per_sample - turn.index
+            self._tell("generate+evaluate", done, total)
 
         # Samples are recorded per batch of problems so an interruption keeps finished batches. An engine that
         # batches requests itself (vLLM) gets them all at once: in hf-sized chunks it sat idle while each
         # chunk's verdicts came back (on an H200 a 120-sample gate did 20 samples in 4.5 min; all at once, 120 in 2).
         chunk = len(jobs) if parts.backend.concurrent else max(1, self.cfg.rollout.hf_batch_size)
         for start in range(0, len(jobs), chunk):
+            batch = jobs[start : start + chunk]
             if done == 0:  # until the first verdict, the line says what the engine is doing
-                self._tell(f"generating: {len(jobs[start : start + chunk])} requests")
-            rollouts = await parts.runner.run(jobs[start : start + chunk], 1, self.cfg.dataset.seed, on_turn=on_turn)
+                self._tell("generating", 0, total)
+            rollouts = await parts.runner.run(batch, 1, self.cfg.dataset.seed, on_turn=on_turn)
             score_trajectories(rollouts.trajectories, self.cfg.reward, self.cfg.episode.thinking)
             for traj in rollouts.trajectories:
                 turns = [{"turn": t.index + 1, **kept_code(t.candidate.code if t.candidate else None),
@@ -157,6 +171,9 @@ class EvalRun:
                           "verdict": t.verdict.to_dict() if t.verdict else None} for t in traj.turns]
                 self._record(by_key[traj.problem_key], traj.group_index, turns, traj.best_verdict)
             self.write()  # every finished batch is on disk before the next starts
+            if done != (start + len(batch)) * per_sample:  # a sample cut by a full context reports no last turn
+                done = (start + len(batch)) * per_sample
+                self._tell("generate+evaluate", done, total)
 
     def run(self, parts: EvalParts) -> dict[str, Any]:
         """Generate (or take the given kernels), judge and write, on `parts` (eval/parts.py; the caller closes

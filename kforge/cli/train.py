@@ -23,9 +23,10 @@ def train(
     config: Optional[Path] = ConfigOpt,
     resume: Optional[str] = typer.Option(None, "--resume", help="run folder (or name) to continue from its last checkpoint"),
     name: Optional[str] = typer.Option(None, "--name", help="run folder name (default: PRESET-YYYYmmdd-HHMMSS). "
-                                       "The folder of a start that failed or was stopped before its first step, "
-                                       "holding only kforge's files, is reused (those files replaced); any "
-                                       "other existing folder is refused with what to do (--resume, runs rm)"),
+                                       "The folder of a start that failed, was stopped or killed before its first "
+                                       "step, holding only kforge's files, is reused (those files replaced); any "
+                                       "other existing folder is refused with what to do (runs stop, --resume, "
+                                       "runs rm)"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="stop after N steps"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="placement, e.g. 'rollout=0 learner=1 eval=2,3'"),
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", help="where run folders live (log.runs_dir)"),

@@ -20,10 +20,10 @@ from typing import Callable, Iterator
 
 import psutil
 
-from kforge.runs.folder import STOP_FILE, RunFolder, pid_alive
+from kforge.runs.folder import LIVE, STOP_FILE, RunFolder, pid_alive
 from kforge.space import atomic_write_text, check_deletable
 
-ACTIVE = ("starting", "running", "stopping")
+ACTIVE = LIVE
 TENSORBOARD_MISSING = "tensorboard is not installed: pip install tensorboard (or pip install 'kforge[plots]')"
 
 

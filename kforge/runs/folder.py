@@ -6,6 +6,7 @@ Every whole-file write goes to a temp file in the same folder and is renamed ove
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -32,6 +33,8 @@ from kforge.runs.layout import (  # noqa: F401
     CHECKPOINTS_FILE,
     CONFIG_FILE,
     CONFIG_HISTORY_FILE,
+    ENDED,
+    LIVE,
     LOG_FILE,
     METRICS_FILE,
     RUN_ENTRIES,
@@ -151,9 +154,8 @@ class RunFolder:
             run = cls(path)
             if not run.never_stepped():
                 raise RunFolderTaken(run.taken())
-            # A start that failed or was stopped before its first step (a typo, a missing dataset, Ctrl-C while
-            # the model loaded) holds nothing to keep, and never_stepped() saw that every entry is one kforge
-            # writes: remove those entries, not the folder.
+            # A start that ended before its first step (a typo, a missing dataset, Ctrl-C while the model loaded)
+            # holds nothing to keep, and never_stepped() saw that every entry is kforge's: remove those, not the folder.
             for entry in path.iterdir():
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         path.mkdir(parents=True, exist_ok=True)
@@ -189,10 +191,10 @@ class RunFolder:
         atomic_write_text(self.path / STATUS_FILE, json.dumps(record, indent=2, default=_json_default))
 
     def never_stepped(self, mine_only: bool = True) -> bool:
-        """A start of kforge's that failed, crashed or was stopped before any step: its status file says so (a
-        folder without one, or with one kforge did not write, is someone else's), no metrics, no checkpoint
-        past step 0, and (`mine_only`) nothing in the folder but what a run writes."""
-        if not self.read_status().get("started") or self.effective_status() not in ("failed", "crashed", "stopped"):
+        """A start of kforge's that ended before any step (`runs stop --now` while the model loaded too): its status
+        file says so (a folder without one, or with one kforge did not write, is someone else's), no metrics, no
+        checkpoint past step 0, and (`mine_only`) nothing in the folder but what a run writes."""
+        if not self.read_status().get("started") or self.effective_status() not in ENDED:
             return False
         if mine_only and not all(written_by_run(entry.name) for entry in self.path.iterdir()):
             return False
@@ -207,6 +209,9 @@ class RunFolder:
             return (f"{self.path} already exists: a run that never stepped, holding files kforge did not write "
                     f"({theirs}); move them out to reuse the name, or pick another --name")
         status, steps = self.effective_status(), self.summary()["steps"]
+        if status in LIVE:  # its process lives: neither resumed nor removed under it
+            return (f"run {self.name} is {status} at {self.path}: stop it first with `kforge runs stop {self.path}`, "
+                    "or pick another --name")
         return (f"run {self.name} already exists at {self.path} ({status}, {steps} step(s)): continue it with "
                 f"`kforge train --resume {self.path}`, remove it with `kforge runs rm {self.path}`, or pick "
                 "another --name")
@@ -215,7 +220,7 @@ class RunFolder:
         """The written status, except that a 'running' run whose process is gone is 'crashed'."""
         st = self.read_status()
         status = st.get("status", "unknown")
-        if status in ("starting", "running", "stopping"):
+        if status in LIVE:
             same_host = st.get("host") in (None, socket.gethostname())
             if same_host and not pid_alive(st.get("pid"), st.get("pid_started")):
                 return "crashed"
@@ -390,8 +395,6 @@ def find_run(spec: str, runs_dir: str | Path) -> RunFolder:
         if (candidate / STATUS_FILE).exists() or (candidate / CONFIG_FILE).exists():
             return RunFolder(candidate)
     names = [r.name for r in list_runs(runs_dir)]
-    import difflib
-
     close = difflib.get_close_matches(spec, names, n=1)
     hint = f"; did you mean {close[0]}?" if close else ("; `kforge runs ls` lists them" if names else "")
     raise RunNotFound(f"no run {spec!r} under {runs_dir}{hint}")

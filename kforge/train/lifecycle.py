@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from kforge.config.loader import ResolvedConfig, config_changes, resolve, to_yaml
 from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
-from kforge.runs.folder import CHECKPOINTS_FILE, METRICS_FILE, RunFolder, drop_torn_line, find_run
+from kforge.runs.folder import CHECKPOINTS_FILE, LIVE, METRICS_FILE, RunFolder, drop_torn_line, find_run
 from kforge.space import check_writable, run_write_failure, write_failure
 from kforge.train.placement import Plan
 
@@ -52,7 +52,7 @@ def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resu
     written = resolve(None, run.config_path, [], environ={}).config
     resolved = resolve(None, run.config_path, overrides)
     status = run.effective_status()
-    if status in ("starting", "running", "stopping"):  # a live process (a dead one's status reads "crashed")
+    if status in LIVE:  # a live process (a dead one's status reads "crashed")
         raise UserError(f"run {run.name} is still {status} (pid {run.read_status().get('pid')}); stop it first "
                         f"with `kforge runs stop {run.name}`")
     done = run.read_status().get("step") or run.summary()["steps"]

@@ -76,6 +76,20 @@ def test_create_refuses_existing_run(tmp_path):
         raise AssertionError("an existing run folder was overwritten")
 
 
+def test_a_start_stopped_before_its_first_step_with_wandb_on_frees_its_name(tmp_path):
+    """W&B writes its own files into RUN/wandb/ (wandb.init(dir=the run folder)): that folder was taken for a
+    file kforge did not write, and the name stayed blocked."""
+    from kforge.runs.folder import written_by_run
+
+    run = RunFolder.create(tmp_path, "r", "preset: tiny\n")
+    (run.path / "wandb" / "run-20260101_000000-abc" / "files").mkdir(parents=True)
+    (run.path / "wandb_id").write_text("abc")
+    run.set_status("stopped", stopped_by="signal")
+    assert written_by_run("wandb") and run.never_stepped()
+    again = RunFolder.create(tmp_path, "r", "preset: tiny\n")
+    assert sorted(p.name for p in again.path.iterdir()) == ["config.yaml", "status.json"]
+
+
 def test_find_run_suggests(tmp_path):
     _finished_run(tmp_path, "alpha")
     assert find_run("alpha", tmp_path).name == "alpha"

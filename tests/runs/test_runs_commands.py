@@ -208,6 +208,37 @@ def test_stop_now_lets_sigterm_finish_gracefully(tmp_path):
             proc.kill()
 
 
+def test_a_start_killed_by_stop_now_while_the_model_loads_frees_its_name(tmp_path):
+    """`runs stop --now` during start-up: SIGTERM ends the process before the loop can write its status, and
+    the run read "killed", a status that blocked its name (refused, naming --resume, for a run that never
+    stepped). While it lives, a second start under the name is told to stop it, not to --resume or rm it."""
+    from kforge.runs.folder import RunFolderTaken
+
+    code = textwrap.dedent(f"""
+        import time
+        from kforge.runs.folder import RunFolder
+        run = RunFolder.create({str(tmp_path)!r}, "r", "preset: tiny\\n")
+        run.log_path.write_text("loading the model\\n")
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    run = RunFolder(tmp_path / "r")
+    try:
+        wait_for(lambda: run.read_status().get("pid") == proc.pid and run.log_path.exists(), 60, "the start-up")
+        with pytest.raises(RunFolderTaken) as live:
+            RunFolder.create(tmp_path, "r", "preset: tiny\n")
+        assert f"run r is starting at {run.path}: stop it first with `kforge runs stop {run.path}`" in str(live.value)
+        assert "--resume" not in str(live.value) and "runs rm" not in str(live.value)
+        res = cli("runs", "stop", "r", "--now", "--grace", "10", "--runs-dir", tmp_path)
+        assert res.exit_code == 0 and run.read_status()["status"] == "killed", res.output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    again = RunFolder.create(tmp_path, "r", "preset: tiny\n")
+    assert again.read_status()["status"] == "starting" and not again.log_path.exists()
+
+
 def test_stop_file_is_what_a_running_loop_sees(tmp_path):
     body = """
         while not run.stop_requested():

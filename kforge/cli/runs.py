@@ -29,13 +29,13 @@ def _fmt_time(ts: float | None, seconds: bool = False) -> str:
 def _config_origin(run) -> dict:
     """Where the run's config came from: its preset, and each key that a --config file, the environment or
     an override set to something else (read back from the run's config.yaml)."""
-    from kforge.config.loader import changes_from_preset
-    from kforge.runs.locate import LocateError, load_run_config
+    from kforge.config.loader import ConfigError, changes_from_preset
+    from kforge.runs.locate import load_run_config
 
     out: dict = {"path": str(run.config_path), "preset": None, "changed": None}
     try:
         cfg = load_run_config(run)
-    except LocateError as exc:  # names the file and why it cannot be read
+    except ConfigError as exc:  # names the file and why it cannot be read
         out["error"] = str(exc)
         return out
     out["preset"] = cfg.preset

@@ -91,6 +91,8 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{what}: {path} is a folder; give a YAML file (e.g. kforge config show --yaml > my.yaml)") from None
     except (UnicodeDecodeError, ValueError):
         raise ConfigError(f"{what}: {path} is not a text file; give a YAML file") from None
+    except OSError as exc:  # no rights to read it, an I/O error: the file named, not a traceback
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -250,8 +252,10 @@ def resolve(
     config_file: str | Path | None = None,
     overrides: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
+    config_name: str = "--config",
 ) -> ResolvedConfig:
-    """Build the run config from all layers; raises ConfigError with a one-line message."""
+    """Build the run config from all layers; raises ConfigError with a one-line message. `config_name` is what
+    the file's layer is called in those messages: a run's own config.yaml is not a --config the user gave."""
     layers: list[Layer] = []
     if preset and ("/" in preset or preset.endswith((".yaml", ".yml"))):  # a preset file of the user's
         path = Path(preset).expanduser()
@@ -273,7 +277,7 @@ def resolve(
         data.setdefault("preset", preset)
         layers.append(Layer(f"preset {preset}", data))
     if config_file:
-        layers.append(Layer(f"--config {config_file}", read_yaml(Path(config_file), "--config")))
+        layers.append(Layer(f"{config_name} {config_file}", read_yaml(Path(config_file), config_name)))
     layers.append(Layer("env", env_layer(os.environ if environ is None else environ)))
     layers.append(Layer("command line", parse_overrides(overrides)))
 

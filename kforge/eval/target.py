@@ -33,15 +33,16 @@ def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -
     target, for a run the run's config file (so eval uses the run's model), and the run's newer checkpoints
     that cannot be used. A run folder without its config.yaml would be evaluated with bare defaults (another
     context length, no held-out split): refused."""
-    from kforge.runs.locate import is_run_or_adapter, load_run_config, locate
+    from kforge.runs.locate import is_run_or_adapter, load_run_config, locate, no_run_config
 
     if not is_run_or_adapter(spec, runs_dir):
         return Target(spec, None, f"base model {spec}"), None, []
     found = locate(spec, runs_dir, step)
-    if found.run is not None and not found.run.config_path.is_file():
-        raise EvalTargetError(f"{found.run.config_path} is missing: the run's model, context length and held-out "
-                             "split are unknown without it; restore it, or evaluate the adapter folder "
-                             f"{found.adapter_dir} with --preset and --split all")
+    missing = no_run_config(found.run) if found.run is not None else None
+    if missing:
+        raise EvalTargetError(f"{missing}; the run's model, context length and held-out split are unknown without "
+                              f"it: put it back, or evaluate the adapter folder {found.adapter_dir} with --preset "
+                              "and --split all")
     skipped = [f"{line}; using step {found.step}" for line in found.skipped]
     config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
     if config is not None:

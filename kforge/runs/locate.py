@@ -20,6 +20,7 @@ from kforge.runs.checkpoints import (
 from kforge.runs.folder import CONFIG_FILE, STATUS_FILE, RunFolder, find_run
 
 if TYPE_CHECKING:
+    from kforge.config.loader import ResolvedConfig
     from kforge.config.schema import KforgeConfig
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "LocateError", "Located", "find_adapter", "locate"]
@@ -73,17 +74,31 @@ def is_run_or_adapter(spec: str, runs_dir: str | Path) -> bool:
     return path.is_dir() and any(path.rglob(ADAPTER_CONFIG))
 
 
+# What a run's config.yaml is called in what its errors say: never --config, an option the user did not give.
+RUN_CONFIG = "the run's config"
+
+
+def no_run_config(run: RunFolder) -> str | None:
+    """What is wrong with a run folder that has no config.yaml, the run's model, data and context length: one
+    clause, which each command that refuses such a folder (eval, train --resume) ends with what to do."""
+    if run.config_path.is_file():
+        return None
+    return f"no {CONFIG_FILE} in {run.path}: not a kforge run, or a damaged one"
+
+
+def resolve_run_config(run: RunFolder, overrides: list[str] | tuple[str, ...] = (),
+                       environ: dict[str, str] | None = None) -> "ResolvedConfig":
+    """The run's config.yaml with the KFORGE_* environment (`environ`, os.environ by default) and `overrides`
+    on top; a damaged file (not YAML, an unknown key, a bad value) is said as the run's config, naming it."""
+    from kforge.config.loader import resolve
+
+    return resolve(None, run.config_path, overrides, environ=environ, config_name=RUN_CONFIG)
+
+
 def load_run_config(run: RunFolder) -> "KforgeConfig":
-    """The run's own resolved config, exactly as written (no KFORGE_* environment layered on top)."""
-    import yaml
-
-    from kforge.config.schema import KforgeConfig
-
-    try:
-        data = yaml.safe_load(run.config_path.read_text()) or {}
-        return KforgeConfig.model_validate(data)
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise LocateError(f"{run.config_path}: cannot read the run's config: {str(exc).splitlines()[0]}") from None
+    """The run's own resolved config, exactly as written (no KFORGE_* environment layered on top); a ConfigError
+    names the file and what is wrong in it."""
+    return resolve_run_config(run, environ={}).config
 
 
 def locate(spec: str, runs_dir: str | Path = "runs", step: int | None = None) -> Located:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from kforge.config.loader import ResolvedConfig, config_changes, resolve, to_yaml
+from kforge.config.loader import ResolvedConfig, config_changes, to_yaml
 from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
-from kforge.runs.folder import CHECKPOINTS_FILE, LIVE, METRICS_FILE, RunFolder, drop_torn_line, find_run
+from kforge.runs.folder import CHECKPOINTS_FILE, LIVE, METRICS_FILE, RunFolder, RunNotFound, drop_torn_line, find_run
+from kforge.runs.locate import no_run_config, resolve_run_config
 from kforge.space import check_writable, run_write_failure, write_failure
 from kforge.train.placement import Plan
 
@@ -45,12 +46,18 @@ class Resume:
 
 def resume_target(spec: str, runs_dir: str | None, overrides: list[str]) -> Resume:
     """The run `spec` names, checked before any work: not running, its folder writable. Nothing is written."""
-    run = find_run(spec, runs_dir or "runs")
-    if not run.config_path.is_file():  # what the loader would blame on --config, which the user did not give
-        raise UserError(f"run folder {run.path} has no {run.config_path.name} ({run.config_path}), so there is no "
-                        "config to resume with: put the run's config.yaml back, or start a new run with --name")
-    written = resolve(None, run.config_path, [], environ={}).config
-    resolved = resolve(None, run.config_path, overrides)
+    try:
+        run = find_run(spec, runs_dir or "runs")
+    except RunNotFound:
+        if not Path(spec).is_dir():
+            raise
+        run = RunFolder(Path(spec))  # a folder but not a run: said below as what it lacks
+    missing = no_run_config(run)
+    if missing:
+        raise UserError(f"{missing}; there is no config to resume with: put the run's config.yaml back, or start "
+                        "a new run with --name")
+    written = resolve_run_config(run, environ={}).config
+    resolved = resolve_run_config(run, overrides)
     status = run.effective_status()
     if status in LIVE:  # a live process (a dead one's status reads "crashed")
         raise UserError(f"run {run.name} is still {status} (pid {run.read_status().get('pid')}); stop it first "

@@ -111,10 +111,15 @@ def _run_with_adapter(tmp_path, config=True):
 
 
 def test_run_without_its_config_is_refused(tmp_path, clean_env):
+    """Said as `train --resume` says it (one helper): what is wrong with the folder, then what to do."""
     run = _run_with_adapter(tmp_path, config=False)
     res = _kforge("eval", str(run.path), "--dry-run")
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "config.yaml is missing" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    [line] = res.stderr.strip().splitlines()
+    assert f"no config.yaml in {run.path}: not a kforge run, or a damaged one; " in line, line
+    from kforge.runs.locate import no_run_config
+
+    assert no_run_config(run) in line and "evaluate the adapter folder" in line
 
 
 def test_a_run_is_evaluated_into_its_own_folder(tmp_path, clean_env):

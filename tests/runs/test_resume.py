@@ -153,15 +153,32 @@ def test_a_dry_run_resume_repairs_nothing(tmp_path):
     assert "torn line" not in res.stdout and _snapshot(run.path) == before  # the repair waits for a real start
 
 
-def test_resuming_a_folder_without_config_yaml_names_the_folder_not_config(tmp_path):
-    """It said `--config: file .../config.yaml not found`, an option the user never gave."""
+@pytest.mark.parametrize("damage", ["missing", "not_a_run", "not_yaml", "not_a_mapping", "bad_value"])
+def test_resuming_a_folder_without_a_readable_config_yaml_names_the_folder_not_config(tmp_path, damage):
+    """It said `--config: file .../config.yaml not found`, then `--config: .../config.yaml line 2 is not valid
+    YAML`, an option the user never gave. A folder without config.yaml is said as eval says it (one helper):
+    not a kforge run, or a damaged one; a damaged config.yaml as the run's config, naming the file."""
     run = _run(tmp_path, "stopped", 2)
-    run.config_path.unlink()
+    if damage in ("missing", "not_a_run"):
+        run.config_path.unlink()
+        if damage == "not_a_run":
+            (run.path / "status.json").unlink()  # a folder that no run wrote: not found as a run either
+    else:
+        run.config_path.write_text({"not_yaml": "model: [\n", "not_a_mapping": "- 1\n",
+                                    "bad_value": run.config_path.read_text() + "max_steps: -4\n"}[damage])
     res = _train("--resume", str(run.path), "--plain")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     [line] = res.stderr.strip().splitlines()
-    assert f"run folder {run.path} has no config.yaml ({run.config_path})" in line and "--config" not in line
-    assert "put the run's config.yaml back" in line
+    assert "--config" not in line, line
+    if damage in ("missing", "not_a_run"):
+        assert f"no config.yaml in {run.path}: not a kforge run, or a damaged one" in line, line
+        from kforge.runs.locate import no_run_config
+
+        assert f"{no_run_config(run)}; there is no config to resume with: put the run's config.yaml back" in line
+    else:
+        assert f"the run's config {run.config_path}" in line or f"the run's config: {run.config_path}" in line, line
+        assert {"not_yaml": "line 2 is not valid YAML", "not_a_mapping": "must hold a mapping",
+                "bad_value": "invalid value for max_steps"}[damage] in line
 
 
 @pytest.mark.slow  # `kforge` processes

@@ -9,7 +9,7 @@ from typing import Callable
 
 from kforge.config.schema import KforgeConfig
 from kforge.errors import UserError
-from kforge.runs.folder import RunFolder
+from kforge.runs.folder import RunFolder, checkpoint_step
 from kforge.train.placement import Plan
 from kforge.train.trainer import Parts, Trainer
 
@@ -40,8 +40,8 @@ def build_trainer(cfg: KforgeConfig, run: RunFolder, plan: Plan, resume: bool,
 def restore_newest(trainer: Trainer, run: RunFolder, say: Callable[[str], None]) -> None:
     """The newest checkpoint that loads: its files were checked by format already, but bytes flipped inside
     a file show only when it is read; each one that fails is named and the one before it tried."""
-    tried = []
-    for ckpt in run.usable_checkpoints():
+    tried, usable = [], run.usable_checkpoints()
+    for ckpt, older in zip(usable, [*usable[1:], None]):
         try:
             trainer.restore(ckpt)
             return
@@ -49,7 +49,8 @@ def restore_newest(trainer: Trainer, run: RunFolder, say: Callable[[str], None])
             if not getattr(trainer.parts.learner, "alive", lambda: True)():
                 raise  # the learner process died: no other checkpoint would fare better
             tried.append(ckpt.name)
-            say(f"warning: cannot resume from {ckpt}: {(str(exc).splitlines() or [''])[0]}; trying the one before it")
+            then = f"trying the one before it, step {checkpoint_step(older)}" if older else "no older one is left"
+            say(f"warning: cannot resume from {ckpt}: {(str(exc).splitlines() or [''])[0]}; {then}")
     damaged = run.damaged_checkpoints()
     if tried or damaged:
         raise SetupError(f"no checkpoint of run {run.name} can be resumed from"

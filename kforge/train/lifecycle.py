@@ -119,13 +119,15 @@ class OpenRun:
     cfg: KforgeConfig
     resumed: bool
     before: dict[str, Any] = field(default_factory=dict)  # status.json before this start
-    config_before: str | None = None  # config.yaml before this resume changed it
+    changes: dict[str, dict[str, Any]] = field(default_factory=dict)  # what this resume changes, recorded once restored
+    config_before: str | None = None  # config.yaml before this resume changed it (None: nothing recorded yet)
     log_file: logging.Handler | None = None
 
 
 def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str], None]) -> OpenRun:
     """A new run's folder made, or the resumed one repaired (torn last lines of its JSONL files cut off and
-    kept aside, damaged checkpoints named) and its changed settings recorded; the run's log file attached."""
+    kept aside, damaged checkpoints named); the run's log file attached. A resume's changed settings are
+    recorded by `drive` once the trainer is restored: only then is the step they start after known."""
     cfg = resolved.config
     if resume is None:
         opened = OpenRun(RunFolder.create(cfg.log.runs_dir, cfg.log.run_name, to_yaml(cfg)), cfg, resumed=False)
@@ -137,23 +139,23 @@ def open_run(resolved: ResolvedConfig, resume: Resume | None, say: Callable[[str
             kept = drop_torn_line(run.path / name)
             if kept:
                 say(f"{name} ended in a torn line (a crash mid-write); dropped it, a copy is in {kept}")
-        opened = OpenRun(run, cfg, resumed=True, before=resume.before,
-                         config_before=run.config_path.read_text() if resume.changes else None)
+        opened = OpenRun(run, cfg, resumed=True, before=resume.before, changes=resume.changes)
         # Alive from here on (from `starting` on, when the command wraps its start-up in it), as a new run is
         # from its folder's making: `runs logs -f`, `ls` and `watch` see this process while the model loads.
         run.set_status("starting")
     opened.log_file = logging.FileHandler(opened.run.log_path)
     opened.log_file.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("kforge").addHandler(opened.log_file)
-    if resume is not None and resume.changes:
-        _record_changes(opened.run, cfg, resume.changes, resume.start)  # the steps after it are redone with them
     return opened
 
 
-def _record_changes(run: RunFolder, cfg: KforgeConfig, changes: dict, step: int) -> None:
-    """Settings a resume changes are the run's from then on: recorded with the step they start after, then
-    config.yaml rewritten, and each one logged."""
-    run.record_config(to_yaml(cfg), {"event": "resume", "after_step": step, "changes": changes})
+def _record_changes(opened: OpenRun, step: int) -> None:
+    """Settings a resume changes are the run's from then on: recorded with the step they start after (the
+    checkpoint the trainer was restored from; the steps after it are redone with them), then config.yaml
+    rewritten, and each one logged."""
+    run, changes = opened.run, opened.changes
+    opened.config_before = run.config_path.read_text()
+    run.record_config(to_yaml(opened.cfg), {"event": "resume", "after_step": step, "changes": changes})
     for key, change in changes.items():
         log.info("resume after step %d changes %s: %r -> %r (from %s)", step, key, change["from"], change["to"],
                  change["by"])
@@ -197,6 +199,8 @@ def _run_trainer(opened: OpenRun, plan: Plan, watch: Callable[[Trainer], Abstrac
     run, trainer = opened.run, None
     try:
         trainer = build_trainer(opened.cfg, run, plan, opened.resumed)  # says what it builds in the log
+        if opened.changes:  # a newer checkpoint that did not load was passed over: the step restored is known now
+            _record_changes(opened, trainer.step)
         with watch(trainer) as dashboard:
             trainer.dashboard = dashboard
             status = trainer.run_blocking()

@@ -90,8 +90,7 @@ def test_a_failed_extension_keeps_a_finished_run_finished(tmp_path):
     assert res.returncode == 2 and "gone.jsonl" in res.stderr
     assert run.read_status()["status"] == "finished" and "error" not in run.read_status()
     assert run.config_path.read_bytes() == config  # the settings it tried are not left as the run's
-    tried, undone = run.config_history()
-    assert tried["changes"]["max_steps"]["to"] == 5 and undone["event"] == "undone"
+    assert run.config_history() == []  # its set-up failed before the trainer was restored: nothing recorded
 
 
 @pytest.mark.slow  # resumes through `kforge train`
@@ -119,21 +118,16 @@ def test_a_finished_run_with_nothing_to_do_is_untouched_whatever_the_overrides(t
 
 
 @pytest.mark.slow  # resumes through `kforge train`
-def test_settings_changed_on_resume_are_recorded_and_logged(tmp_path):
+def test_a_resume_whose_set_up_fails_leaves_the_runs_settings_as_they_were(tmp_path):
+    """Settings a resume changes are recorded once the trainer is restored from a checkpoint (the step they
+    start after is known only then; tests/train/test_trainer.py records them): a set-up that fails first
+    leaves config.yaml and config_history.jsonl as they were, so the next resume does not inherit them."""
     run = _run(tmp_path, "crashed", 2, f"dataset.source={tmp_path / 'gone.jsonl'}")
-    was = run.config_path.read_text()
+    was = run.config_path.read_bytes()
     res = _train("--resume", str(run.path), "rollout.max_tokens=64", env={"KFORGE_ROLLOUT__TOP_K": "5"})
-    assert res.returncode == 2 and "gone.jsonl" in res.stderr  # the set-up then fails for its own reason
-    [entry] = run.config_history()
-    assert entry["event"] == "resume" and entry["after_step"] == 2
-    assert entry["changes"] == {"rollout.max_tokens": {"from": 96, "to": 64, "by": "command line"},
-                                "rollout.top_k": {"from": -1, "to": 5, "by": "env"}}
-    now = resolve(None, run.config_path, [], environ={}).config
-    assert now.rollout.max_tokens == 64 and now.rollout.top_k == 5 and run.config_path.read_text() != was
-    log = (run.path / "logs.log").read_text()
-    assert "changes rollout.max_tokens: 96 -> 64 (from command line)" in log and "rollout.top_k" in log
-    res = _train("--resume", str(run.path), "rollout.max_tokens=64", env={"KFORGE_ROLLOUT__TOP_K": "5"})
-    assert len(run.config_history()) == 1  # the same settings again change nothing
+    assert res.returncode == 2 and "gone.jsonl" in res.stderr  # the set-up fails for its own reason
+    assert run.config_history() == [] and run.config_path.read_bytes() == was
+    assert "changes rollout" not in (run.path / "logs.log").read_text()
 
 
 def test_appends_after_a_whole_line_add_no_empty_line(tmp_path):
@@ -184,7 +178,8 @@ def test_resuming_a_folder_without_a_readable_config_yaml_names_the_folder_not_c
 @pytest.mark.slow  # `kforge` processes
 def test_a_resume_past_a_damaged_checkpoint_names_the_step_it_resumes_from(tmp_path):
     """Step 3's checkpoint damaged: the resume continues from step 2, and said "after step 3" (its warning,
-    the logged changes and config_history.jsonl's after_step)."""
+    the logged changes and config_history.jsonl's after_step). The changes are recorded with the step the
+    trainer is restored from, once it is (tests/train/test_trainer.py): here its set-up fails before."""
     run = _run(tmp_path, "crashed", 3)
     (run.path / "checkpoints.jsonl").unlink()
     for step in (0, 2, 3):  # recorded in the order a run writes them
@@ -196,9 +191,7 @@ def test_a_resume_past_a_damaged_checkpoint_names_the_step_it_resumes_from(tmp_p
     res = _train("--resume", str(run.path), "--plain", f"dataset.source={tmp_path / 'gone.jsonl'}")
     assert res.returncode == 2 and "gone.jsonl" in res.stderr  # the set-up fails after the folder is opened
     assert "step_000003/trainer_state.json is damaged (JSONDecodeError); resuming from step 2" in res.stdout, res.stdout
-    assert "resume after step 2 changes dataset.source" in res.stderr and "after step 3" not in res.stdout + res.stderr
-    history = [json.loads(line) for line in (run.path / "config_history.jsonl").read_text().splitlines()]
-    assert history[-1]["after_step"] == 2 and "dataset.source" in history[-1]["changes"]
+    assert "after step 3" not in res.stdout + res.stderr and run.config_history() == []
 
 
 def test_a_resume_is_starting_through_its_pre_flight_and_a_refusal_there_puts_its_status_back(tmp_path, monkeypatch):

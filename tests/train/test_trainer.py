@@ -256,6 +256,66 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("ends", ["stopped", "extension_fails"])
+def test_a_resume_records_its_changes_after_the_step_it_restored_not_a_newer_one_that_did_not_load(tmp_path, caplog,
+                                                                                                     clean_env, ends):
+    """Step 2's learner state passes the format checks but does not load: the resume continues from step 1,
+    and its changed settings were recorded and logged "after step 2" (config_history.jsonl's after_step), the
+    step the format checks pointed at before the model loaded. They are recorded once the trainer is restored,
+    with the layer that set each; an extension of a finished run that then fails is undone."""
+    import contextlib
+    import logging
+
+    import torch
+
+    from kforge.learner.checkpoint import STATE_FILE
+    from kforge.train import build, lifecycle
+    from tiny_models import Planted, make_learner, tiny_cfg, tiny_model
+
+    cfg = tiny_cfg()
+    cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
+    trainer = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model()), FakePool())
+    run = trainer.run
+    for step in (1, 2):
+        trainer.step = trainer.parts.learner.version = step
+        trainer.save_checkpoint("scheduled")
+    run.set_status("finished" if ends == "extension_fails" else "stopped", step=2)
+    torch.save({"rng": Planted(tmp_path / "unpickled")}, run.path / "checkpoints" / "step_000002" / "learner" / STATE_FILE)
+    config = run.config_path.read_bytes()
+
+    clean_env.setenv("KFORGE_ROLLOUT__TOP_K", "5")
+    target = lifecycle.resume_target(str(run.path), None, ["max_steps=5"])
+    assert target.start == 2  # only loading step 2 shows what it holds
+    said = []
+
+    def build_trainer(cfg, run, plan, resumed):  # the real restore, on the tiny learner instead of the preset's
+        fresh = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model(1)), FakePool(), run=run)
+        build.restore_newest(fresh, run, said.append)
+        return fresh
+
+    @contextlib.contextmanager
+    def end_at_once(trainer):  # the set-up is what this test is about: the loop ends as it would start
+        raise KeyboardInterrupt if ends == "stopped" else RuntimeError("the rollout engine died")
+        yield
+
+    clean_env.setattr(build, "build_trainer", build_trainer)
+    with caplog.at_level(logging.INFO, logger="kforge"):
+        opened = lifecycle.open_run(target.resolved, target, said.append)
+        outcome = lifecycle.drive(opened, SPLIT, end_at_once)
+    record = run.config_history()[0]
+    assert record["after_step"] == 1, record
+    assert "resume after step 1 changes max_steps" in caplog.text and "after step 2" not in caplog.text, caplog.text
+    assert len(said) == 1 and "step_000002" in said[0] and "trying the one before it, step 1" in said[0], said
+    assert record["changes"] == {"max_steps": {"from": None, "to": 5, "by": "command line"},
+                                 "rollout.top_k": {"from": cfg.rollout.top_k, "to": 5, "by": "env"}}
+    if ends == "stopped":
+        assert outcome.status == "stopped" and "max_steps: 5" in run.config_path.read_text()
+        assert lifecycle.resume_target(str(run.path), None, ["max_steps=5"]).changes == {}  # the same again: none
+    else:  # the run stays finished with the settings it finished with
+        assert [r["event"] for r in run.config_history()] == ["resume", "undone"]
+        assert run.config_path.read_bytes() == config and run.read_status()["status"] == "finished"
+
+
 class _SlowWriter(FakeLearner):
     """Writing an adapter or a checkpoint takes `write_s` once training has begun (a big adapter, a slow disk)."""
 

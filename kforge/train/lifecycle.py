@@ -212,11 +212,15 @@ def _run_trainer(opened: OpenRun, plan: Plan, watch: Callable[[Trainer], Abstrac
         if run.read_status().get("status") != "stopped":  # interrupted before the loop could say so
             run.set_status("stopped", stopped_by="signal")
     except Exception as exc:
+        st = run.read_status()
+        # The trainer records the failure of its loop in one line (a checkpoint whose save failed, with where
+        # --resume continues): said as recorded, once; a failure it never saw, from the exception.
+        recorded = st.get("error") if st.get("status") == "failed" else None
         why = run_write_failure(exc, run.path)
         if why:
-            log.error("%s", why)
+            log.error("%s", recorded or why)
         else:
-            log.exception("run failed")
+            log.exception("run failed" + (f": {recorded}" if recorded else ""))
         try:
             if run.read_status().get("status") != "failed":  # the trainer did not get to say so
                 run.set_status("failed", error=why or f"{type(exc).__name__}: {exc}"[:500])

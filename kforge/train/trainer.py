@@ -139,10 +139,7 @@ class Trainer:
         except BaseException as exc:
             await self._cancel_rollouts(pending)
             status = "stopped" if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
-            if status == "failed":
-                self._save_what_we_can()
-            error = run_write_failure(exc, self.run.path) or f"{type(exc).__name__}: {exc}"[:500]
-            why = {"error": error} if status == "failed" else {"stopped_by": "signal"}
+            why = {"error": self._failure(exc)} if status == "failed" else {"stopped_by": "signal"}
             self.run.set_status(status, step=self.step, **why)
             raise
         finally:
@@ -368,13 +365,24 @@ class Trainer:
         self._sync_adapter(ckpt_dir / LEARNER_DIR / "adapter")
         log.info("resumed from %s at step %d", ckpt_dir.name, self.step)
 
+    def _failure(self, exc: BaseException) -> str:
+        """The one line the run's status records for its failure, which the lifecycle says. A checkpoint whose
+        save failed (a full disk, a read-only folder) is not written again: the line names its step and the
+        newest checkpoint on disk, where --resume continues. After any other failure one is saved if it can be."""
+        why = run_write_failure(exc, self.run.path)
+        if not self._saving:
+            self._save_what_we_can()
+            return why or f"{type(exc).__name__}: {exc}"[:500]
+        newest = (self.run.last_checkpoint() or {}).get("path", "the start")
+        then = f" (it continues from {newest})" if why else f"; kforge train --resume {self.run.path} continues from {newest}"
+        return f"saving the checkpoint of step {self.step} failed: {why or f'{type(exc).__name__}: {exc}'[:500]}{then}"
+
     def _save_what_we_can(self) -> None:
-        """On failure: a checkpoint when the learner is alive, not mid-step (its state is then exactly that of
-        `self.step`) and the failure was not a checkpoint's own write; else the last one is where --resume starts."""
-        if self._learning or self._saving or not getattr(self.parts.learner, "alive", lambda: True)():
-            what = (f"saving the checkpoint of step {self.step} failed; the newest one on disk is" if self._saving
-                    else "the learner's state is lost since")
-            log.error("%s %s; --resume continues from there", what, (self.run.last_checkpoint() or {}).get("path", "the start"))
+        """After a failure that was not a checkpoint's save: a checkpoint when the learner is alive and not
+        mid-step (its state is then exactly that of `self.step`); else the last one is where --resume starts."""
+        if self._learning or not getattr(self.parts.learner, "alive", lambda: True)():
+            log.error("the learner's state is lost since %s; --resume continues from there",
+                      (self.run.last_checkpoint() or {}).get("path", "the start"))
             return
         try:
             self.save_checkpoint("failed")

@@ -585,11 +585,15 @@ def test_an_engine_that_dies_asleep_or_in_the_sync_is_restarted_after_the_learne
 
 
 
-def test_a_failed_checkpoint_write_is_named_as_such_not_retried(tmp_path, caplog):
+def test_a_failed_checkpoint_write_is_said_once_and_not_retried(tmp_path, caplog, monkeypatch):
     """The failure was the checkpoint (a full disk): it was written again "after the failure" and warned
-    "could not save a checkpoint after the failure". Now one line says the save of step N failed and which
-    checkpoint on disk --resume continues from."""
+    "could not save a checkpoint after the failure"; then the save's failure was said twice, by the trainer
+    (its step, the checkpoint --resume continues from) and by the run's lifecycle (the disk's reason, the fix).
+    Now one line says both, in the log and as the run's error, and the checkpoint is not written again."""
+    import contextlib
     import logging
+
+    from kforge.train import build, lifecycle
 
     class FullDisk(FakeLearner):
         saves: list[int] = []
@@ -603,13 +607,19 @@ def test_a_failed_checkpoint_write_is_named_as_such_not_retried(tmp_path, caplog
 
     learner = FullDisk(step_s=0.0)
     trainer = make_trainer(tmp_path, make_cfg(), learner, FakePool(0.0))
-    with caplog.at_level(logging.INFO, logger="kforge"), pytest.raises(OSError):
-        asyncio.run(trainer.run_async())
-    said = caplog.text
-    assert "could not save a checkpoint after the failure" not in said and learner.saves == [0, 1]  # not retried
-    assert ("saving the checkpoint of step 1 failed; the newest one on disk is checkpoints/step_000000; --resume "
-            "continues from there") in said, said
-    assert trainer.run.read_status()["status"] == "failed" and trainer.run.last_checkpoint()["step"] == 0
+    monkeypatch.setattr(build, "build_trainer", lambda *args: trainer)
+    with caplog.at_level(logging.INFO, logger="kforge"):
+        outcome = lifecycle.drive(lifecycle.OpenRun(trainer.run, trainer.cfg, resumed=False), SPLIT,
+                                  lambda trainer: contextlib.nullcontext(trainer.dashboard))
+    run = trainer.run
+    line = (f"saving the checkpoint of step 1 failed: cannot write in {run.path / 'checkpoints'}: No space left on "
+            f"device; free space or fix its rights there, then kforge train --resume {run.path} (it continues from "
+            "checkpoints/step_000000)")
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [line], said  # once, and never "could not save a checkpoint after the failure"
+    assert learner.saves == [0, 1]  # not written again after the failure
+    assert outcome.status == "failed" and outcome.error == line and run.read_status()["error"] == line
+    assert run.last_checkpoint()["step"] == 0
 
 
 def test_a_stop_asked_during_start_up_stops_the_run_and_an_old_stop_file_does_not(tmp_path):

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from kforge.runs.folder import find_run, list_runs
+from kforge.runs.folder import LIVE, find_run, list_runs
 from kforge.ui.console import break_at_separators, columns_that_fit, console, fail, rule
 
 app = typer.Typer(no_args_is_help=True)
@@ -370,12 +370,12 @@ def rm(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
 ) -> None:
     """Delete a run folder (asks first). A running run is never removed."""
-    from kforge.ops.run_control import ACTIVE, RunControlError, remove_run
+    from kforge.ops.run_control import RunControlError, remove_run
     from kforge.space import check_deletable
 
     run = find_run(name, runs_dir)
     status = run.effective_status()
-    if status in ACTIVE:  # refuse before asking: the answer could not change anything
+    if status in LIVE:  # refuse before asking: the answer could not change anything
         try:
             remove_run(run)
         except RunControlError as exc:

@@ -44,7 +44,7 @@ def resolve_target(spec: str, runs_dir: str = "runs", step: int | None = None) -
                               f"it: put it back, or evaluate the adapter folder {found.adapter_dir} with --preset "
                               "and --split all")
     skipped = [f"{line}; using step {found.step}" for line in found.skipped]
-    config = load_run_config(found.run) if found.run is not None and found.run.config_path.is_file() else None
+    config = load_run_config(found.run) if found.run is not None else None  # its config.yaml is there (above)
     if config is not None:
         model = config.model.name
     else:

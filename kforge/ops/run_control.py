@@ -23,7 +23,6 @@ import psutil
 from kforge.runs.folder import LIVE, STOP_FILE, RunFolder, pid_alive
 from kforge.space import atomic_write_text, check_deletable
 
-ACTIVE = LIVE
 TENSORBOARD_MISSING = "tensorboard is not installed: pip install tensorboard (or pip install 'kforge[plots]')"
 
 
@@ -32,7 +31,7 @@ class RunControlError(RuntimeError):
 
 
 def is_active(run: RunFolder) -> bool:
-    return run.effective_status() in ACTIVE
+    return run.effective_status() in LIVE
 
 
 def _owner(run: RunFolder) -> str:
@@ -47,7 +46,7 @@ def _owner(run: RunFolder) -> str:
 def request_stop(run: RunFolder) -> Path:
     """Drop the STOP file: the training loop sees it before its next step, saves a checkpoint and exits."""
     status = run.effective_status()
-    if status not in ACTIVE:
+    if status not in LIVE:
         raise RunControlError(f"run {run.name} is not running (status {status}); nothing to stop")
     path = run.path / STOP_FILE
     atomic_write_text(path, json.dumps({"requested": time.time(), "by_pid": os.getpid(),
@@ -84,11 +83,11 @@ def terminate(run: RunFolder, grace_s: float = 10.0) -> str:
         raise RunControlError(f"run {run.name} runs on {host}; signals only reach processes of this host: run "
                               f"`kforge runs stop {run.name} --now` there, or drop the STOP file with `kforge runs stop`")
     pid, started = st.get("pid"), st.get("pid_started")
-    if st.get("status") in ACTIVE and pid and started is None:
+    if st.get("status") in LIVE and pid and started is None:
         raise RunControlError(f"run {run.name}: its status records pid {pid} but not when that process started, "
                               f"so it cannot be told from another process with that pid; drop the STOP file "
                               f"with `kforge runs stop {run.name}` instead")
-    if st.get("status") not in ACTIVE or not pid_alive(pid, started):
+    if st.get("status") not in LIVE or not pid_alive(pid, started):
         raise RunControlError(f"run {run.name} is not running (status {run.effective_status()}); nothing to stop")
     proc = psutil.Process(pid)
     try:
@@ -108,7 +107,7 @@ def terminate(run: RunFolder, grace_s: float = 10.0) -> str:
         _kill(p)
     if killed:
         psutil.wait_procs([proc], timeout=5.0)
-    if killed or run.read_status().get("status") in ACTIVE:
+    if killed or run.read_status().get("status") in LIVE:
         run.set_status("killed", note=f"killed by `kforge runs stop --now` after {grace_s:g} s; "
                                       "resume continues from the last checkpoint")
     return run.effective_status()
@@ -146,7 +145,7 @@ def remove_run(run: RunFolder) -> None:
     UnwritableFolder, nothing deleted, when one cannot be changed), so a removal does not stop halfway; one
     that fails anyway goes on past what it cannot delete and says what is left."""
     status = run.effective_status()
-    if status in ACTIVE:
+    if status in LIVE:
         raise RunControlError(f"run {run.name} is {status} ({_owner(run)}); stop it first with "
                               f"`kforge runs stop {run.name}`, then remove it")
     check_deletable(run.path, "run folder")

@@ -17,8 +17,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kforge.ops.run_control import ACTIVE, last_lines
-from kforge.runs.folder import RunFolder
+from kforge.ops.run_control import last_lines
+from kforge.runs.folder import LIVE, RunFolder
 from kforge.ui.dashboard import sparkline
 
 # (metrics key, label) in display order; only the keys a run has logged are shown.
@@ -68,7 +68,7 @@ class Snapshot:
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE
+        return self.status in LIVE
 
     def elapsed_s(self) -> float | None:
         if not self.started:

@@ -222,7 +222,7 @@ def _run_trainer(opened: OpenRun, plan: Plan, watch: Callable[[Trainer], Abstrac
         else:
             log.exception("run failed" + (f": {recorded}" if recorded else ""))
         try:
-            if run.read_status().get("status") != "failed":  # the trainer did not get to say so
+            if st.get("status") != "failed":  # the trainer did not get to say so
                 run.set_status("failed", error=why or f"{type(exc).__name__}: {exc}"[:500])
         except OSError as status_exc:
             log.error("%s", write_failure(status_exc) or status_exc)

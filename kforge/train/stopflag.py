@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import types
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,6 @@ def drop_stale_stop(run_dir: Path) -> None:
     not stop this one. One written since (`kforge runs stop` during a resume's pre-flight, while the run shows
     "starting") is for this start, and the loop serves it before its first step."""
     path = run_dir / STOP_FILE
-    try:
+    with suppress(FileNotFoundError):
         if path.stat().st_mtime < psutil.Process().create_time():
-            path.unlink(missing_ok=True)
-    except FileNotFoundError:
-        pass
+            path.unlink()

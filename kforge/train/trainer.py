@@ -370,12 +370,13 @@ class Trainer:
         save failed (a full disk, a read-only folder) is not written again: the line names its step and the
         newest checkpoint on disk, where --resume continues. After any other failure one is saved if it can be."""
         why = run_write_failure(exc, self.run.path)
+        said = why or f"{type(exc).__name__}: {exc}"[:500]
         if not self._saving:
             self._save_what_we_can()
-            return why or f"{type(exc).__name__}: {exc}"[:500]
+            return said
         newest = (self.run.last_checkpoint() or {}).get("path", "the start")
         then = f" (it continues from {newest})" if why else f"; kforge train --resume {self.run.path} continues from {newest}"
-        return f"saving the checkpoint of step {self.step} failed: {why or f'{type(exc).__name__}: {exc}'[:500]}{then}"
+        return f"saving the checkpoint of step {self.step} failed: {said}{then}"
 
     def _save_what_we_can(self) -> None:
         """After a failure that was not a checkpoint's save: a checkpoint when the learner is alive and not

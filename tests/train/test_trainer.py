@@ -222,6 +222,25 @@ def test_the_learner_takes_the_runs_sampling_record(tmp_path, tiny_model_dir):
         parts.close()
 
 
+def _two_checkpoints_the_newest_unloadable(tmp_path, marker: Path) -> tuple:
+    """A tiny learner's run with checkpoints at steps 1 and 2, step 2's learner state planted so that loading it
+    (never its format) fails: unpickled, it would create `marker`."""
+    import torch
+
+    from kforge.learner.checkpoint import STATE_FILE
+    from tiny_models import Planted, make_learner, tiny_cfg, tiny_model
+
+    cfg = tiny_cfg()
+    cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
+    trainer = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model()), FakePool())
+    for step in (1, 2):
+        trainer.step = trainer.parts.learner.version = step
+        trainer.save_checkpoint("scheduled")
+    planted = trainer.run.path / "checkpoints" / "step_000002" / "learner" / STATE_FILE
+    torch.save({"rng": Planted(marker)}, planted)
+    return cfg, trainer.run, planted
+
+
 def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(tmp_path):
     """A learner state that passes the format checks (a whole zip) but is not plain data: resume names it,
     does not unpickle it, and continues from the checkpoint before; when none loads, set-up fails in one line."""
@@ -229,18 +248,10 @@ def test_resume_falls_back_past_a_checkpoint_whose_learner_state_does_not_load(t
 
     from kforge.learner.checkpoint import STATE_FILE
     from kforge.train.build import SetupError, restore_newest
-    from tiny_models import Planted, make_learner, tiny_cfg, tiny_model
+    from tiny_models import Planted, make_learner, tiny_model
 
-    cfg = tiny_cfg()
-    cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
-    trainer = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model()), FakePool())
-    run = trainer.run
-    for step in (1, 2):
-        trainer.step = trainer.parts.learner.version = step
-        trainer.save_checkpoint("scheduled")
     marker = tmp_path / "unpickled"
-    planted = run.path / "checkpoints" / "step_000002" / "learner" / STATE_FILE
-    torch.save({"rng": Planted(marker)}, planted)
+    cfg, run, planted = _two_checkpoints_the_newest_unloadable(tmp_path, marker)
     assert run.last_checkpoint()["step"] == 2  # a whole file: only loading it shows what it holds
 
     said = []
@@ -266,21 +277,11 @@ def test_a_resume_records_its_changes_after_the_step_it_restored_not_a_newer_one
     import contextlib
     import logging
 
-    import torch
-
-    from kforge.learner.checkpoint import STATE_FILE
     from kforge.train import build, lifecycle
-    from tiny_models import Planted, make_learner, tiny_cfg, tiny_model
+    from tiny_models import make_learner, tiny_model
 
-    cfg = tiny_cfg()
-    cfg.episode.mode, cfg.dataset.test_fraction, cfg.log.tensorboard = "single_turn", 0.0, False
-    trainer = make_trainer(tmp_path, cfg, make_learner(cfg, model=tiny_model()), FakePool())
-    run = trainer.run
-    for step in (1, 2):
-        trainer.step = trainer.parts.learner.version = step
-        trainer.save_checkpoint("scheduled")
+    cfg, run, _ = _two_checkpoints_the_newest_unloadable(tmp_path, tmp_path / "unpickled")
     run.set_status("finished" if ends == "extension_fails" else "stopped", step=2)
-    torch.save({"rng": Planted(tmp_path / "unpickled")}, run.path / "checkpoints" / "step_000002" / "learner" / STATE_FILE)
     config = run.config_path.read_bytes()
 
     clean_env.setenv("KFORGE_ROLLOUT__TOP_K", "5")
